@@ -1,0 +1,167 @@
+"""Deltas to OpenAI's streaming wire format: ``data: {chunk}\\n\\n`` events, then ``data: [DONE]\\n\\n``.
+
+One :class:`ChunkEncoder` per response. It returns bytes and writes nothing, so each event is exactly
+one ``stream.write`` for the caller (and so one HTTP chunk, DESIGN invariant 1). The chunks are what
+OpenAI sends, field for field, for ``chat.completion.chunk`` and streamed ``text_completion``: the
+first chat chunk carries ``delta.role = "assistant"``; with ``stream_options.include_usage`` every chunk
+has ``"usage": null`` and a last chunk with ``choices: []`` carries the usage (sent only when the
+container reported one: the relay does not count tokens itself). :func:`completion_json` builds the
+non-streaming ``chat.completion`` / ``text_completion`` object.
+
+``pad_bytes`` puts an SSE comment of that many bytes after each delta event. Clients ignore comments;
+intermediaries that hold small writes back until some kilobytes have gathered pass them on at once.
+
+Example::
+
+    >>> encoder = ChunkEncoder(model="m", kind="chat", include_usage=False, id="chatcmpl-1", created=0)
+    >>> event = encoder.encode(Delta(content="Hé"))
+    >>> event[:6], event[-2:], json.loads(event[6:])["choices"][0]["delta"]
+    (b'data: ', b'\\n\\n', {'role': 'assistant', 'content': 'Hé'})
+    >>> json.loads(encoder.encode(Delta(finish_reason="stop"))[6:])["choices"]
+    [{'index': 0, 'delta': {}, 'logprobs': None, 'finish_reason': 'stop'}]
+    >>> encoder.done()
+    b'data: [DONE]\\n\\n'
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import Any, Literal
+
+from sagestream.dialects import Delta, Usage
+from sagestream.errors import APIError
+
+__all__ = ["DONE", "ChunkEncoder", "Kind", "completion_json"]
+
+Kind = Literal["chat", "completion"]
+
+DONE = b"data: [DONE]\n\n"
+
+_MIN_PAD = len(b": \n\n")
+
+
+def _dumps(obj: Any) -> bytes:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def _event(obj: Any) -> bytes:
+    return b"data: " + _dumps(obj) + b"\n\n"
+
+
+def _usage(usage: Usage) -> dict[str, int]:
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.total_tokens,
+    }
+
+
+def _new_id(kind: Kind) -> str:
+    return ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex
+
+
+class ChunkEncoder:
+    """The SSE events of one streamed answer."""
+
+    def __init__(
+        self,
+        *,
+        model: str,
+        kind: Kind,
+        include_usage: bool,
+        pad_bytes: int = 0,
+        id: str | None = None,
+        created: int | None = None,
+    ) -> None:
+        if pad_bytes and pad_bytes < _MIN_PAD:
+            raise ValueError(f"pad_bytes must be 0 or at least {_MIN_PAD}")
+        if kind not in ("chat", "completion"):
+            raise ValueError(f"kind must be 'chat' or 'completion', not {kind!r}")
+        self.model = model
+        self.kind: Kind = kind
+        self.include_usage = include_usage
+        self.id = id if id is not None else _new_id(kind)
+        self.created = created if created is not None else int(time.time())
+        self.usage: Usage | None = None
+        self._padding = b":" + b" " * (pad_bytes - 3) + b"\n\n" if pad_bytes else b""
+        self._started = False
+
+    def encode(self, delta: Delta) -> bytes:
+        """The event for ``delta``; empty bytes if it carries nothing to send now (only usage, say)."""
+        if delta.usage is not None:
+            # Kept for the last chunk: vLLM may report usage on every chunk, OpenAI reports it once.
+            self.usage = delta.usage
+        first = not self._started
+        if self.kind == "chat":
+            if not (first or delta.content or delta.finish_reason):
+                return b""
+            # Only the first chunk names the role, whatever the container repeats.
+            body: dict[str, Any] = {"role": "assistant", "content": delta.content} if first else {}
+            if delta.content and not first:
+                body["content"] = delta.content
+            choice: dict[str, Any] = {"index": 0, "delta": body}
+        else:
+            if not (delta.content or delta.finish_reason):
+                return b""
+            choice = {"index": 0, "text": delta.content}
+        choice["logprobs"] = None
+        choice["finish_reason"] = delta.finish_reason
+        self._started = True
+        return _event(self._chunk([choice], None)) + self._padding
+
+    def done(self) -> bytes:
+        """The end of a good stream: the usage chunk if asked for and known, then ``[DONE]``."""
+        if self.include_usage and self.usage is not None:
+            return _event(self._chunk([], self.usage)) + DONE
+        return DONE
+
+    def error(self, err: APIError) -> bytes:
+        """An error after the first byte: one data event in OpenAI's error shape; no ``[DONE]`` follows."""
+        return b"data: " + err.json_bytes() + b"\n\n"
+
+    def _chunk(self, choices: list[dict[str, Any]], usage: Usage | None) -> dict[str, Any]:
+        chunk: dict[str, Any] = {
+            "id": self.id,
+            "object": "chat.completion.chunk" if self.kind == "chat" else "text_completion",
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": None,
+            "choices": choices,
+        }
+        if self.include_usage:
+            chunk["usage"] = _usage(usage) if usage is not None else None
+        return chunk
+
+
+def completion_json(
+    delta: Delta,
+    *,
+    model: str,
+    kind: Kind,
+    id: str | None = None,
+    created: int | None = None,
+) -> bytes:
+    """The non-streaming answer (``chat.completion`` or ``text_completion``) for a whole-body delta.
+
+    A container that gave no finish reason stopped on its own, so ``finish_reason`` is then ``stop``.
+    """
+    choice: dict[str, Any] = {"index": 0}
+    if kind == "chat":
+        choice["message"] = {"role": "assistant", "content": delta.content, "refusal": None}
+    else:
+        choice["text"] = delta.content
+    choice["logprobs"] = None
+    choice["finish_reason"] = delta.finish_reason or "stop"
+    return _dumps(
+        {
+            "id": id if id is not None else _new_id(kind),
+            "object": "chat.completion" if kind == "chat" else "text_completion",
+            "created": created if created is not None else int(time.time()),
+            "model": model,
+            "system_fingerprint": None,
+            "choices": [choice],
+            "usage": _usage(delta.usage) if delta.usage is not None else None,
+        }
+    )
