@@ -1,0 +1,221 @@
+"""The Function URL's side of the wire: the event Lambda hands the function, and the response prelude.
+
+One home for both (design invariant 5): the streaming runtime encodes the prelude, the local Function URL
+front (``sagestream_local``) builds events and decodes preludes, and both use this module.
+
+A streamed Function URL response body (``application/vnd.awslambda.http-integration-response``) is a
+JSON prelude ``{"statusCode", "headers", "cookies"}``, then eight NUL bytes, then the response body.
+
+Example::
+
+    >>> data = encode_prelude(200, {"content-type": "text/plain"}) + b"hello"
+    >>> decoder = PreludeDecoder()
+    >>> prelude = decoder.feed(data)
+    >>> prelude.status, prelude.headers["content-type"], decoder.rest
+    (200, 'text/plain', b'hello')
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import parse_qsl
+
+CONTENT_TYPE = "application/vnd.awslambda.http-integration-response"
+SEPARATOR = b"\x00" * 8
+# Lambda refuses a Function URL request whose payload is over 6 MB with 413 before the function runs.
+MAX_REQUEST_BYTES = 6 * 1024 * 1024
+# The prelude is small; a stream that has not shown the separator by then is not a prelude.
+MAX_PRELUDE_BYTES = 64 * 1024
+
+_FORBIDDEN_IN_HEADERS = ("\r", "\n", "\x00")
+_TEXT_TYPES = ("text/", "application/json", "application/xml", "application/javascript")
+_TEXT_SUFFIXES = ("+json", "+xml")
+
+
+class PreludeError(ValueError):
+    """Bytes that are not a valid response prelude, or values that would break one."""
+
+
+class PreludeTooLarge(PreludeError):
+    """No separator within :data:`MAX_PRELUDE_BYTES`."""
+
+
+class BadHeader(PreludeError):
+    """A header name or value that would inject or break headers (CR, LF or NUL, or an empty name)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Prelude:
+    status: int
+    headers: dict[str, str] = field(default_factory=dict)
+    cookies: tuple[str, ...] = ()
+
+
+def _check_header_text(text: str, what: str) -> str:
+    if any(c in text for c in _FORBIDDEN_IN_HEADERS):
+        raise BadHeader(f"{what} contains CR, LF or NUL: {text!r}")
+    return text
+
+
+def encode_prelude(status: int, headers: Mapping[str, str], cookies: Iterable[str] = ()) -> bytes:
+    """The prelude and its separator, refusing anything that could inject a header or a cookie."""
+    if not 100 <= status <= 599:
+        raise PreludeError(f"status {status} is not an HTTP status")
+    checked: dict[str, str] = {}
+    for name, value in headers.items():
+        if not name or ":" in name or " " in name:
+            raise BadHeader(f"invalid header name {name!r}")
+        checked[_check_header_text(name, "header name")] = _check_header_text(str(value), f"header {name}")
+    cookie_list = [_check_header_text(c, "cookie") for c in cookies]
+    prelude: dict[str, Any] = {"statusCode": status, "headers": checked}
+    if cookie_list:
+        prelude["cookies"] = cookie_list
+    return json.dumps(prelude, separators=(",", ":")).encode() + SEPARATOR
+
+
+class PreludeDecoder:
+    """Finds the prelude at the head of a streamed response, however the bytes are chunked.
+
+    ``feed`` returns ``None`` until the separator has arrived, then the :class:`Prelude`; the body bytes
+    that came with it are in ``rest``.
+    """
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+        self.rest = b""
+
+    def feed(self, data: bytes) -> Prelude | None:
+        searched_from = max(0, len(self._buffer) - len(SEPARATOR) + 1)
+        self._buffer += data
+        at = self._buffer.find(SEPARATOR, searched_from)
+        if at < 0:
+            if len(self._buffer) > MAX_PRELUDE_BYTES:
+                raise PreludeTooLarge(f"no prelude separator in the first {MAX_PRELUDE_BYTES} bytes")
+            return None
+        head, self.rest = bytes(self._buffer[:at]), bytes(self._buffer[at + len(SEPARATOR) :])
+        self._buffer.clear()
+        return decode_prelude(head)
+
+
+def decode_prelude(head: bytes) -> Prelude:
+    try:
+        raw = json.loads(head)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise PreludeError(f"prelude is not JSON: {e}") from e
+    if not isinstance(raw, dict):
+        raise PreludeError("prelude is not a JSON object")
+    status = raw.get("statusCode", 200)
+    headers = raw.get("headers") or {}
+    cookies = raw.get("cookies") or []
+    if not isinstance(status, int) or not 100 <= status <= 599:
+        raise PreludeError(f"statusCode {status!r} is not an HTTP status")
+    if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
+        raise PreludeError("headers must be an object of strings")
+    if not isinstance(cookies, list) or not all(isinstance(c, str) for c in cookies):
+        raise PreludeError("cookies must be a list of strings")
+    for name, value in headers.items():
+        _check_header_text(name, "header name")
+        _check_header_text(value, f"header {name}")
+    for cookie in cookies:
+        _check_header_text(cookie, "cookie")
+    return Prelude(status, dict(headers), tuple(cookies))
+
+
+def _is_text(content_type: str) -> bool:
+    media = content_type.split(";", 1)[0].strip().lower()
+    return (
+        media.startswith(_TEXT_TYPES)
+        or media.endswith(_TEXT_SUFFIXES)
+        or media == ("application/x-www-form-urlencoded")
+    )
+
+
+def build_event(
+    *,
+    method: str,
+    raw_path: str,
+    raw_query: str,
+    headers: Iterable[tuple[str, str]],
+    body: bytes,
+    source_ip: str,
+    protocol: str = "HTTP/1.1",
+    domain: str = "localhost",
+    now: float | None = None,
+    request_id: str | None = None,
+) -> dict[str, Any]:
+    """A Function URL event, payload format 2.0, as Lambda builds it from one HTTP request.
+
+    Header names are lower-cased and repeated headers joined with commas; ``Cookie`` headers become the
+    ``cookies`` list; a body that is not text travels base64-encoded with ``isBase64Encoded``.
+    """
+    now = time.time() if now is None else now
+    joined: dict[str, str] = {}
+    cookies: list[str] = []
+    for name, value in headers:
+        key = name.lower()
+        if key == "cookie":
+            cookies.extend(c.strip() for c in value.split(";") if c.strip())
+            continue
+        joined[key] = f"{joined[key]},{value}" if key in joined else value
+    query: dict[str, str] = {}
+    for key, value in parse_qsl(raw_query, keep_blank_values=True):
+        query[key] = f"{query[key]},{value}" if key in query else value
+    moment = datetime.fromtimestamp(now, UTC)
+    event: dict[str, Any] = {
+        "version": "2.0",
+        "routeKey": "$default",
+        "rawPath": raw_path,
+        "rawQueryString": raw_query,
+        "headers": joined,
+        "requestContext": {
+            "accountId": "anonymous",
+            "apiId": domain.split(".", 1)[0],
+            "domainName": domain,
+            "domainPrefix": domain.split(".", 1)[0],
+            "http": {
+                "method": method.upper(),
+                "path": raw_path,
+                "protocol": protocol,
+                "sourceIp": source_ip,
+                "userAgent": joined.get("user-agent", ""),
+            },
+            "requestId": request_id or str(uuid.uuid4()),
+            "routeKey": "$default",
+            "stage": "$default",
+            "time": moment.strftime("%d/%b/%Y:%H:%M:%S +0000"),
+            "timeEpoch": int(now * 1000),
+        },
+        "isBase64Encoded": False,
+    }
+    if cookies:
+        event["cookies"] = cookies
+    if query:
+        event["queryStringParameters"] = query
+    if body:
+        if _is_text(joined.get("content-type", "")):
+            try:
+                event["body"] = body.decode("utf-8")
+            except UnicodeDecodeError:
+                event["body"] = base64.b64encode(body).decode()
+                event["isBase64Encoded"] = True
+        else:
+            event["body"] = base64.b64encode(body).decode()
+            event["isBase64Encoded"] = True
+    return event
+
+
+def event_body(event: Mapping[str, Any]) -> bytes:
+    """The request body of a Function URL event as bytes, undoing the base64 Lambda may have applied."""
+    body = event.get("body")
+    if not body:
+        return b""
+    if event.get("isBase64Encoded"):
+        return base64.b64decode(body)
+    return str(body).encode("utf-8")

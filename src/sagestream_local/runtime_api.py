@@ -1,0 +1,433 @@
+"""A local Lambda Runtime API that runs real ``python -m sagestream.runtime`` processes and relays their streams.
+
+Each :class:`ExecutionEnvironment` is what Lambda gives one concurrent invocation: one runtime process
+with a Runtime API of its own. It takes one invocation at a time; a :class:`Pool` of them is the
+function's concurrency, and further requests wait for a free one. A process that crashes, or passes the
+function timeout, is ended and replaced, and its invocation fails as Lambda fails it.
+
+A response streams straight through: the Runtime API thread that reads a chunk from the runtime's
+``/response`` body hands it to the invocation's :class:`Sink` in the same thread, which writes it to
+the HTTP client at once. Nothing here waits for more bytes.
+
+Example::
+
+    >>> pool = Pool(size=1, env={"_HANDLER": "tests.handlers.echo"}).start()  # doctest: +SKIP
+    >>> inv = pool.submit(event, sink)                                       # doctest: +SKIP
+    >>> inv.wait(timeout=30)                                                 # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import itertools
+import json
+import os
+import queue
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Protocol
+
+from sagestream.function_url import Prelude, PreludeDecoder, PreludeError
+
+API = "/2018-06-01/runtime"
+_MAX_CHUNK_LINE = 1024
+
+
+class Sink(Protocol):
+    """Where one invocation's response goes. Called from Runtime API threads, in order, at most once to end."""
+
+    def prelude(self, prelude: Prelude) -> None: ...
+
+    def chunk(self, data: bytes) -> None: ...
+
+    def end(self, error: FunctionError | None) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionError:
+    """How an invocation failed: a streamed trailer, an ``/error`` post, a crash or a timeout."""
+
+    error_type: str
+    payload: dict[str, Any]
+    started: bool  # whether the response had begun when it failed
+
+
+class ClientGone(Exception):
+    """A sink raises this when its HTTP client has gone away."""
+
+
+class Invocation:
+    """One event on its way through an execution environment."""
+
+    def __init__(self, event: Mapping[str, Any], sink: Sink, timeout_s: float) -> None:
+        self.request_id = str(uuid.uuid4())
+        self.body = json.dumps(event).encode()
+        self.sink = sink
+        self.deadline = time.time() + timeout_s
+        self.started = False
+        self.client_gone = threading.Event()
+        self._done = threading.Event()
+        self._lock = threading.Lock()
+        self._response_socket: socket.socket | None = None
+        self.error: FunctionError | None = None
+        self.response_headers: dict[str, str] = {}
+        self.environment: ExecutionEnvironment | None = None
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._done.wait(timeout)
+
+    def finish(self, error: FunctionError | None) -> bool:
+        """End the invocation once; later calls (a crash after a clean end, say) do nothing."""
+        with self._lock:
+            if self._done.is_set():
+                return False
+            self.error = error
+            self._done.set()
+        if self.environment is not None:  # recorded before the client hears, so a test can look at once
+            self.environment.last_error = error
+            self.environment.last_response_headers = self.response_headers
+        with contextlib.suppress(ClientGone):
+            self.sink.end(error)
+        return True
+
+    def attach_response(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._response_socket = sock
+        if self.client_gone.is_set():
+            self._drop_response()
+
+    def leave(self) -> None:
+        """The HTTP client went away: close the runtime's response connection, so its writes fail."""
+        self.client_gone.set()
+        self._drop_response()
+
+    def _drop_response(self) -> None:
+        with self._lock:
+            sock = self._response_socket
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+
+class _RuntimeAPIHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _RuntimeAPIServer
+
+    def setup(self) -> None:
+        super().setup()
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def _answer(self, status: int, body: bytes = b"", headers: Mapping[str, str] | None = None) -> None:
+        head = [f"HTTP/1.1 {status} {self.responses.get(status, ('',))[0]}", f"Content-Length: {len(body)}"]
+        head += [f"{k}: {v}" for k, v in (headers or {}).items()]
+        self.connection.sendall(("\r\n".join(head) + "\r\n\r\n").encode() + body)
+
+    def _read_body(self) -> bytes:
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length else b""
+
+    def do_GET(self) -> None:
+        if self.path != f"{API}/invocation/next":
+            self._answer(404, b'{"errorMessage":"not found"}')
+            return
+        env = self.server.environment
+        inv = env.next_invocation()
+        if inv is None:  # shutting down
+            self.close_connection = True
+            self._answer(500, b'{"errorMessage":"shutting down"}')
+            return
+        self._answer(
+            200,
+            inv.body,
+            {
+                "Content-Type": "application/json",
+                "Lambda-Runtime-Aws-Request-Id": inv.request_id,
+                "Lambda-Runtime-Deadline-Ms": str(int(inv.deadline * 1000)),
+                "Lambda-Runtime-Invoked-Function-Arn": env.function_arn,
+                "Lambda-Runtime-Trace-Id": f"Root=1-{int(time.time()):08x}-{uuid.uuid4().hex[:24]};Sampled=0",
+            },
+        )
+
+    def do_POST(self) -> None:
+        env = self.server.environment
+        if self.path == f"{API}/init/error":
+            env.init_error(
+                json.loads(self._read_body() or b"{}"), self.headers.get("Lambda-Runtime-Function-Error-Type")
+            )
+            self._answer(202, b'{"status":"OK"}')
+            return
+        parts = self.path.removeprefix(f"{API}/invocation/").split("/")
+        inv = env.current
+        if len(parts) != 2 or inv is None or parts[0] != inv.request_id or inv.done:
+            self._read_body()
+            self._answer(400, b'{"errorMessage":"unknown or finished request id"}')
+            return
+        if parts[1] == "error":
+            payload = json.loads(self._read_body() or b"{}")
+            error_type = self.headers.get("Lambda-Runtime-Function-Error-Type") or payload.get("errorType", "Unhandled")
+            inv.finish(FunctionError(error_type, payload, started=False))
+            self._answer(202, b'{"status":"OK"}')
+        elif parts[1] == "response":
+            self._relay(inv)
+        else:
+            self._answer(404, b'{"errorMessage":"not found"}')
+
+    def _relay(self, inv: Invocation) -> None:
+        """Pass each chunk of a streamed response to the sink the moment it has arrived."""
+        inv.response_headers = {k.lower(): v for k, v in self.headers.items()}
+        inv.attach_response(self.connection)
+        streaming = "chunked" in (self.headers.get("Transfer-Encoding") or "").lower()
+        decoder = PreludeDecoder()
+        forwarding = True
+        trailers: dict[str, str] = {}
+
+        def deliver(data: bytes) -> None:
+            nonlocal forwarding
+            if not forwarding or not data:
+                return
+            try:
+                if not inv.started:
+                    prelude = decoder.feed(data)
+                    if prelude is None:
+                        return
+                    inv.started = True
+                    inv.sink.prelude(prelude)
+                    data = decoder.rest
+                if data:
+                    inv.sink.chunk(data)
+            except ClientGone:
+                forwarding = False
+                inv.leave()
+
+        try:
+            if streaming:
+                trailers = self._read_chunks(deliver)
+            else:
+                deliver(self._read_body())
+        except (OSError, ValueError, PreludeError) as e:
+            # A response cut off is most often its process dying: give the exit watcher a moment to say so.
+            if self.server.environment.wait_for_exit(0.5) is None:
+                inv.finish(FunctionError("Runtime.ResponseAborted", {"errorMessage": str(e)}, started=inv.started))
+            else:
+                inv.wait(2)
+            self.close_connection = True
+            return
+        if inv.client_gone.is_set():
+            inv.finish(FunctionError("Runtime.ClientGone", {"errorMessage": "client disconnected"}, inv.started))
+            self.close_connection = True
+            return
+        error_type = trailers.get("lambda-runtime-function-error-type")
+        if error_type:
+            try:
+                payload = json.loads(base64.b64decode(trailers.get("lambda-runtime-function-error-body", "")))
+            except (binascii.Error, ValueError):
+                payload = {"errorMessage": "undecodable error body"}
+            inv.finish(FunctionError(error_type, payload, started=inv.started))
+        elif not inv.started:
+            inv.finish(FunctionError("Runtime.InvalidResponse", {"errorMessage": "no prelude"}, started=False))
+        else:
+            inv.finish(None)
+        self._answer(202, b'{"status":"OK"}')
+
+    def _read_chunks(self, deliver: Any) -> dict[str, str]:
+        rfile = self.rfile
+        while True:
+            line = rfile.readline(_MAX_CHUNK_LINE)
+            if not line:
+                raise ConnectionResetError("response connection closed mid-body")
+            size = int(line.split(b";", 1)[0].strip(), 16)
+            if size == 0:
+                break
+            data = rfile.read(size)
+            if len(data) < size or rfile.read(2) != b"\r\n":
+                raise ConnectionResetError("response connection closed mid-chunk")
+            deliver(data)
+        trailers: dict[str, str] = {}
+        while (line := rfile.readline(65536)) not in (b"\r\n", b"\n", b""):
+            name, _, value = line.decode("latin-1").partition(":")
+            trailers[name.strip().lower()] = value.strip()
+        return trailers
+
+
+class _RuntimeAPIServer(ThreadingHTTPServer):
+    daemon_threads = True
+    environment: ExecutionEnvironment
+
+
+class ExecutionEnvironment:
+    """One runtime process and the Runtime API it polls."""
+
+    def __init__(self, pool: Pool, number: int) -> None:
+        self.pool = pool
+        self.number = number
+        self.function_arn = f"arn:aws:lambda:{pool.region}:123456789012:function:{pool.function_name}"
+        self.server = _RuntimeAPIServer(("127.0.0.1", 0), _RuntimeAPIHandler)
+        self.server.environment = self
+        self.address = f"127.0.0.1:{self.server.server_address[1]}"
+        self.current: Invocation | None = None
+        self._inbox: queue.Queue[Invocation | None] = queue.Queue(maxsize=1)
+        self.process: subprocess.Popen[bytes] | None = None
+        self.init_errors = 0
+        self.last_init_error: dict[str, Any] | None = None
+        # What the last invocation left, for tests and for `make invoke` to report.
+        self.last_error: FunctionError | None = None
+        self.last_response_headers: dict[str, str] = {}
+        self.exit_codes: list[int] = []
+        self._stopping = False
+        self._lock = threading.Lock()
+
+    def start(self) -> ExecutionEnvironment:
+        threading.Thread(target=self.server.serve_forever, name=f"runtime-api-{self.number}", daemon=True).start()
+        self._spawn()
+        return self
+
+    def _spawn(self) -> None:
+        env = {**os.environ, **self.pool.env, "AWS_LAMBDA_RUNTIME_API": self.address}
+        env.setdefault("AWS_LAMBDA_LOG_STREAM_NAME", f"local/{self.number}/{uuid.uuid4().hex[:8]}")
+        process = subprocess.Popen(self.pool.command, env=env, stdin=subprocess.DEVNULL)
+        with self._lock:
+            self.process = process
+        threading.Thread(target=self._watch, args=(process,), name=f"runtime-watch-{self.number}", daemon=True).start()
+
+    def _watch(self, process: subprocess.Popen[bytes]) -> None:
+        code = process.wait()
+        self.exit_codes.append(code)
+        if self._stopping:
+            return
+        inv = self.current
+        if inv is not None and not inv.done:
+            if time.time() >= inv.deadline:
+                error_type, message = "Sandbox.Timedout", "Task timed out"
+            elif self.last_init_error is not None:
+                error_type, message = "Runtime.InitError", str(self.last_init_error.get("errorMessage"))
+            else:
+                error_type, message = "Runtime.ExitError", f"Runtime exited with status {code}"
+            inv.finish(FunctionError(error_type, {"errorMessage": message}, started=inv.started))
+        if self.last_init_error is not None:
+            time.sleep(min(5.0, 0.1 * 2**self.init_errors))  # don't spin on a handler that cannot load
+        self._spawn()
+
+    def wait_for_exit(self, timeout: float) -> int | None:
+        with self._lock:
+            process = self.process
+        try:
+            return process.wait(timeout) if process is not None else None
+        except subprocess.TimeoutExpired:
+            return None
+
+    def init_error(self, payload: dict[str, Any], error_type: str | None) -> None:
+        self.init_errors += 1
+        self.last_init_error = {"errorType": error_type, **payload}
+        print(f"sagestream_local: init error in runtime {self.number}: {payload}", file=sys.stderr)
+
+    def next_invocation(self) -> Invocation | None:
+        while not self._stopping:
+            try:
+                inv = self._inbox.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            if inv is None:
+                return None
+            if inv.done:  # failed while it waited here (its process died first)
+                continue
+            self.init_errors, self.last_init_error = 0, None
+            self.current = inv
+            return inv
+        return None
+
+    def submit(self, inv: Invocation) -> None:
+        self._inbox.put(inv)
+
+    def kill(self) -> None:
+        with self._lock:
+            process = self.process
+        if process is not None and process.poll() is None:
+            process.kill()
+
+    def stop(self) -> None:
+        self._stopping = True
+        self.kill()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class Pool:
+    """The function's concurrency: ``size`` execution environments, one invocation each at a time."""
+
+    def __init__(
+        self,
+        size: int = 4,
+        env: Mapping[str, str] | None = None,
+        timeout_s: float = 300.0,
+        command: list[str] | None = None,
+        function_name: str = "sagestream-local",
+        region: str = "us-east-1",
+    ) -> None:
+        self.size = size
+        self.timeout_s = timeout_s
+        self.function_name = function_name
+        self.region = region
+        self.command = command or [sys.executable, "-m", "sagestream.runtime"]
+        self.env = {
+            "AWS_LAMBDA_FUNCTION_NAME": function_name,
+            "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST",
+            "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "512",
+            "AWS_LAMBDA_LOG_GROUP_NAME": f"/aws/lambda/{function_name}",
+            "AWS_REGION": region,
+            "AWS_DEFAULT_REGION": region,
+            "PYTHONUNBUFFERED": "1",
+            **(env or {}),
+        }
+        self.environments: list[ExecutionEnvironment] = []
+        self._idle: queue.Queue[ExecutionEnvironment] = queue.Queue()
+        self._numbers = itertools.count()
+
+    def start(self) -> Pool:
+        for _ in range(self.size):
+            environment = ExecutionEnvironment(self, next(self._numbers)).start()
+            self.environments.append(environment)
+            self._idle.put(environment)
+        return self
+
+    def submit(self, event: Mapping[str, Any], sink: Sink, wait_s: float | None = None) -> Invocation:
+        """Hand an event to the next free environment (waiting for one, as Lambda concurrency does)."""
+        environment = self._idle.get(timeout=wait_s)
+        inv = Invocation(event, sink, self.timeout_s)
+        inv.environment = environment
+        environment.current = inv
+        environment.submit(inv)
+        threading.Thread(target=self._supervise, args=(environment, inv), daemon=True).start()
+        return inv
+
+    def _supervise(self, environment: ExecutionEnvironment, inv: Invocation) -> None:
+        if not inv.wait(max(0.0, inv.deadline - time.time())):
+            environment.kill()  # the watcher fails the invocation as timed out and starts a new process
+            inv.wait(10)
+        environment.current = None
+        self._idle.put(environment)
+
+    def stop(self) -> None:
+        for environment in self.environments:
+            environment.stop()
+
+    def __enter__(self) -> Pool:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,328 @@
+"""The streaming runtime against the local Runtime API, and against raw bytes, over real sockets."""
+
+from __future__ import annotations
+
+import base64
+import json
+import socket
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from tests.client import gaps_ms, request
+from tests.conftest import PYTHONPATH
+
+from sagestream.runtime import ClientDisconnected, RuntimeAPIClient, invoke
+from sagestream_local.function_url import FunctionURL
+from sagestream_local.runtime_api import FunctionError, Pool
+
+Start = Callable[..., FunctionURL]
+
+
+def _pool(handler: str, **kw) -> Pool:
+    return Pool(size=1, env={"_HANDLER": handler, "PYTHONPATH": PYTHONPATH, **kw.pop("env", {})}, **kw)
+
+
+def test_streamed_response_has_the_runtime_api_headers_prelude_and_chunks(local_function: Start) -> None:
+    url = local_function("tests.handlers.paced", size=1)
+    resp = request(url.url, "POST", "/", {"writes": 3, "interval_ms": 1, "size": 10, "tag": "h"})
+    assert resp.status == 200 and resp.complete
+    assert resp.header("content-type") == "text/plain"
+    assert [c.data for c in resp.chunks] == [b"h:0:......", b"h:1:......", b"h:2:......"]
+    inv_headers = url.pool.environments[0].last_response_headers
+    assert inv_headers["lambda-runtime-function-response-mode"] == "streaming"
+    assert inv_headers["transfer-encoding"] == "chunked"
+    assert inv_headers["content-type"] == "application/vnd.awslambda.http-integration-response"
+    assert inv_headers["trailer"] == "Lambda-Runtime-Function-Error-Type, Lambda-Runtime-Function-Error-Body"
+
+
+def test_prelude_carries_status_headers_and_cookies_and_the_event_is_payload_2(local_function: Start) -> None:
+    url = local_function("tests.handlers.echo")
+    resp = request(
+        url.url,
+        "POST",
+        "/v1/x?a=1&a=2&b=",
+        b'{"k": 1}',
+        headers={
+            "Content-Type": "application/json",
+            "Cookie": "s=1; t=2",
+            "User-Agent": "probe/1",
+            "X-Multi": "v",
+        },
+    )
+    assert resp.status == 200
+    assert resp.header("x-echo") == "1"
+    assert resp.header_values("set-cookie") == ["a=1; Path=/", "b=2"]
+    event = resp.json()["event"]
+    assert event["version"] == "2.0" and event["routeKey"] == "$default"
+    assert event["rawPath"] == "/v1/x" and event["rawQueryString"] == "a=1&a=2&b="
+    assert event["queryStringParameters"] == {"a": "1,2", "b": ""}
+    assert event["cookies"] == ["s=1", "t=2"]
+    assert "cookie" not in event["headers"] and event["headers"]["x-multi"] == "v"
+    assert all(k == k.lower() for k in event["headers"])
+    http = event["requestContext"]["http"]
+    assert http == {
+        "method": "POST",
+        "path": "/v1/x",
+        "protocol": "HTTP/1.1",
+        "sourceIp": "127.0.0.1",
+        "userAgent": "probe/1",
+    }
+    assert event["body"] == '{"k": 1}' and event["isBase64Encoded"] is False
+    assert abs(event["requestContext"]["timeEpoch"] / 1000 - time.time()) < 30
+
+
+def test_binary_body_travels_base64(local_function: Start) -> None:
+    url = local_function("tests.handlers.echo")
+    payload = bytes(range(256))
+    event = request(url.url, "POST", "/", payload, headers={"Content-Type": "application/octet-stream"}).json()["event"]
+    assert event["isBase64Encoded"] is True
+    assert base64.b64decode(event["body"]) == payload
+
+
+def test_context_fields_remaining_time_and_trace_id(local_function: Start) -> None:
+    url = local_function("tests.handlers.echo", timeout_s=20)
+    first = request(url.url, "GET", "/").json()
+    second = request(url.url, "GET", "/").json()
+    ctx = first["context"]
+    assert ctx["function_name"] == "sagestream-local" and ctx["function_version"] == "$LATEST"
+    assert ctx["invoked_function_arn"].endswith(":function:sagestream-local")
+    assert ctx["memory_limit_in_mb"] == "512" and ctx["log_group_name"] == "/aws/lambda/sagestream-local"
+    assert ctx["log_stream_name"]
+    assert 10_000 < ctx["remaining_ms"] <= 20_000
+    assert ctx["aws_request_id"] != second["context"]["aws_request_id"]
+    assert first["trace_id"].startswith("Root=1-") and first["trace_id"] != second["trace_id"]
+
+
+def test_error_before_first_byte_goes_to_the_error_endpoint_and_the_loop_goes_on(
+    local_function: Start,
+) -> None:
+    url = local_function("tests.handlers.fails", size=1)
+    pid_before = url.pool.environments[0].process.pid
+    resp = request(url.url, "POST", "/", {"after": 0})
+    assert resp.status == 502
+    assert url.pool.environments[0].last_error == FunctionError(
+        "ValueError", url.pool.environments[0].last_error.payload, started=False
+    )
+    assert url.pool.environments[0].last_error.payload["errorMessage"] == "the handler failed on purpose"
+    again = request(url.url, "POST", "/", {"after": 2})
+    assert again.status == 200 and again.body == b"part 0\npart 1\n"
+    assert url.pool.environments[0].process.pid == pid_before  # the same process served both
+
+
+def test_error_after_first_byte_ends_the_body_with_the_error_trailers(local_function: Start) -> None:
+    url = local_function("tests.handlers.fails", size=1)
+    resp = request(url.url, "POST", "/", {"after": 2})
+    assert resp.status == 200 and resp.complete
+    assert resp.body == b"part 0\npart 1\n"
+    error = url.pool.environments[0].last_error
+    assert error is not None and error.started and error.error_type == "ValueError"
+    assert error.payload["errorMessage"] == "the handler failed on purpose"
+    assert request(url.url, "POST", "/", {"after": 1}).body == b"part 0\n"
+
+
+def test_init_error_is_posted_and_the_process_exits_non_zero(tmp_path: Path) -> None:
+    pool = _pool("tests.handlers.echo", env={"TEST_HANDLER_IMPORT_ERROR": "cannot start"})
+    with pool:
+        env = pool.environments[0]
+        deadline = time.monotonic() + 20
+        while env.last_init_error is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert env.last_init_error is not None
+        assert (
+            env.last_init_error["errorType"] == "Runtime.ImportModuleError"
+            or env.last_init_error["errorType"] == "Runtime.HandlerInitError"
+        )
+        assert "cannot start" in env.last_init_error["errorMessage"]
+        deadline = time.monotonic() + 20
+        while env.exit_codes == [] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert env.exit_codes and env.exit_codes[0] != 0
+
+
+def test_missing_handler_is_an_init_error() -> None:
+    with _pool("tests.handlers.no_such_function") as pool:
+        env = pool.environments[0]
+        deadline = time.monotonic() + 20
+        while env.last_init_error is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert env.last_init_error is not None and env.last_init_error["errorType"] == "Runtime.HandlerNotFound"
+
+
+def test_header_injection_through_the_prelude_is_refused(local_function: Start) -> None:
+    url = local_function("tests.handlers.bad_header", size=1)
+    resp = request(url.url, "GET", "/")
+    assert resp.status == 502
+    assert resp.header("set-cookie") is None
+    assert url.pool.environments[0].last_error.error_type == "BadHeader"
+
+
+@pytest.mark.parametrize("size", [100, 16 * 1024])
+def test_fifty_paced_writes_arrive_as_fifty_separate_arrivals(local_function: Start, size: int) -> None:
+    url = local_function("tests.handlers.paced", size=1)
+    resp = request(url.url, "POST", "/", {"writes": 50, "interval_ms": 10, "size": size, "tag": "p"})
+    assert resp.status == 200 and resp.complete
+    assert len(resp.chunks) == 50
+    assert all(len(c.data) == size for c in resp.chunks)
+    close_pairs = [g for g in gaps_ms(resp.chunks) if g < 1.0]
+    assert close_pairs == [], f"writes arrived together: {close_pairs}"
+
+
+def test_eight_concurrent_requests_on_four_processes_each_get_their_own_body(local_function: Start) -> None:
+    url = local_function("tests.handlers.paced", size=4)
+    results: dict[int, bytes] = {}
+
+    def one(i: int) -> None:
+        results[i] = request(url.url, "POST", "/", {"writes": 5, "interval_ms": 20, "size": 12, "tag": f"r{i}"}).body
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(8)]
+    started = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    elapsed = time.monotonic() - started
+    assert sorted(results) == list(range(8))
+    for i, body in results.items():
+        assert body == b"".join(f"r{i}:{k}:".encode().ljust(12, b".") for k in range(5))
+    # 8 requests of ~80 ms on 4 processes need two rounds; generous bound, it only shows they queued.
+    assert elapsed < 20
+
+
+def test_a_crashed_process_is_replaced_and_the_next_request_succeeds(local_function: Start) -> None:
+    url = local_function("tests.handlers.crashes", size=1)
+    env = url.pool.environments[0]
+    first_pid = env.process.pid
+    assert request(url.url, "POST", "/", {}).status == 502
+    resp = request(url.url, "POST", "/", {"write_first": True})
+    assert resp.status == 200 and resp.body == b"about to crash\n"
+    assert env.last_error.error_type == "Runtime.ExitError"
+    assert env.process.pid != first_pid
+
+
+def test_a_process_past_the_timeout_is_ended_and_replaced() -> None:
+    pool = _pool("tests.handlers.sleeps", timeout_s=1.0)
+    with pool, FunctionURL(pool, port=0) as url:
+        first_pid = pool.environments[0].process.pid
+        started = time.monotonic()
+        resp = request(url.url, "POST", "/", {"seconds": 30})
+        assert resp.status == 502 and time.monotonic() - started < 10
+        assert pool.environments[0].last_error.error_type == "Sandbox.Timedout"
+        ok = request(url.url, "POST", "/", {"seconds": 0})
+        assert ok.status == 200 and ok.body == b"woke"
+        assert pool.environments[0].process.pid != first_pid
+
+
+def test_a_client_that_leaves_makes_the_handlers_write_raise(local_function: Start, tmp_path: Path) -> None:
+    url = local_function("tests.handlers.until_gone", size=1)
+    marker = tmp_path / "gone"
+    resp = request(url.url, "POST", "/", {"marker": str(marker)}, stop_after=3)
+    assert len(resp.chunks) == 3
+    deadline = time.monotonic() + 5
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert marker.exists(), "the handler never saw ClientDisconnected"
+    assert request(url.url, "POST", "/", {"marker": ""}, stop_after=1).status == 200  # next one is served
+
+
+def test_request_over_six_megabytes_gets_413(local_function: Start) -> None:
+    url = local_function("tests.handlers.echo", size=1)
+    resp = request(url.url, "POST", "/", b"x" * (6 * 1024 * 1024 + 1), headers={"Content-Type": "text/plain"})
+    assert resp.status == 413
+
+
+# --- the wire itself, byte for byte, against a bare socket standing in for the Runtime API ---
+
+
+class _BareRuntimeAPI:
+    """Answers one /next, then records the raw bytes of whatever the runtime posts next."""
+
+    def __init__(self, event: dict, drop_after_bytes: int | None = None) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen()
+        self.address = f"127.0.0.1:{self.sock.getsockname()[1]}"
+        self.event = json.dumps(event).encode()
+        self.posted = b""
+        self.drop_after_bytes = drop_after_bytes
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        conn, _ = self.sock.accept()
+        conn.recv(65536)
+        conn.sendall(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nLambda-Runtime-Aws-Request-Id: req-1\r\n"
+            b"Lambda-Runtime-Deadline-Ms: %d\r\nLambda-Runtime-Trace-Id: Root=1-abc\r\n"
+            b"Content-Length: %d\r\n\r\n%b" % (int(time.time() * 1000) + 60000, len(self.event), self.event)
+        )
+        post, _ = self.sock.accept()
+        post.settimeout(10)
+        while not self.posted.endswith(b"\r\n\r\n") or b"\r\n0\r\n" not in self.posted:
+            data = post.recv(65536)
+            if not data:
+                break
+            self.posted += data
+            if self.drop_after_bytes is not None and len(self.posted) > self.drop_after_bytes:
+                post.close()
+                return
+        post.sendall(b"HTTP/1.1 202 Accepted\r\nContent-Length: 0\r\n\r\n")
+        post.close()
+
+
+def test_the_response_post_is_exactly_the_published_wire_format() -> None:
+    api = _BareRuntimeAPI({"rawPath": "/"})
+    client = RuntimeAPIClient(api.address)
+
+    def handler(event, stream, context):
+        stream.start(201, {"x-a": "b"}, ["c=d"])
+        stream.write(b"hello")
+        stream.write("wörld")
+
+    invoke(client, handler, client.next_invocation())
+    api.thread.join(5)
+    head, _, body = api.posted.partition(b"\r\n\r\n")
+    assert head.startswith(b"POST /2018-06-01/runtime/invocation/req-1/response HTTP/1.1\r\n")
+    assert b"\r\nLambda-Runtime-Function-Response-Mode: streaming" in head
+    assert b"\r\nTransfer-Encoding: chunked" in head
+    prelude = b'{"statusCode":201,"headers":{"x-a":"b"},"cookies":["c=d"]}' + b"\0" * 8
+    assert body == b"%x\r\n%b\r\n5\r\nhello\r\n6\r\nw\xc3\xb6rld\r\n0\r\n\r\n" % (len(prelude), prelude)
+
+
+def test_a_failure_after_the_first_byte_is_sent_as_base64_trailers() -> None:
+    api = _BareRuntimeAPI({})
+    client = RuntimeAPIClient(api.address)
+
+    def handler(event, stream, context):
+        stream.start(200, {})
+        stream.write(b"x")
+        raise KeyError("boom")
+
+    invoke(client, handler, client.next_invocation())
+    api.thread.join(5)
+    tail = api.posted.rsplit(b"\r\n1\r\nx\r\n", 1)[1]
+    lines = tail.split(b"\r\n")
+    assert lines[0] == b"0" and lines[1] == b"Lambda-Runtime-Function-Error-Type: KeyError"
+    name, _, value = lines[2].partition(b": ")
+    assert name == b"Lambda-Runtime-Function-Error-Body"
+    assert json.loads(base64.b64decode(value))["errorType"] == "KeyError"
+
+
+def test_a_dropped_runtime_api_connection_raises_client_disconnected() -> None:
+    api = _BareRuntimeAPI({}, drop_after_bytes=0)
+    client = RuntimeAPIClient(api.address)
+    seen: list[BaseException] = []
+
+    def handler(event, stream, context):
+        try:
+            stream.start(200, {})
+            for _ in range(200):
+                stream.write(b"y" * 1024)
+                time.sleep(0.005)
+        except ClientDisconnected as e:
+            seen.append(e)
+
+    invoke(client, handler, client.next_invocation())
+    assert len(seen) == 1
