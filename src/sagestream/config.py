@@ -1,0 +1,116 @@
+"""The function's configuration, read once from the environment at init.
+
+Environment variables read (the README's table lists each with its default):
+
+``SAGEMAKER_ENDPOINT_NAME`` (required), ``UPSTREAM_FORMAT`` (``openai`` | ``tgi`` | ``lmi``), ``MODEL_ID``,
+``INFERENCE_COMPONENT_NAME``, ``TARGET_VARIANT``, ``MAX_TOKENS_LIMIT``, ``MAX_REQUEST_BYTES``,
+``PROMPT_TEMPLATE``, ``SSE_PAD_BYTES``, ``DEADLINE_MARGIN_MS``, ``UPSTREAM_CONNECT_TIMEOUT_S``,
+``UPSTREAM_READ_TIMEOUT_S``, ``UPSTREAM_MAX_ATTEMPTS``, ``SERVE_UI``.
+
+boto3's own ``AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME`` is deliberately not read here: the SDK applies it.
+
+Example::
+
+    >>> cfg = Config.from_env({"SAGEMAKER_ENDPOINT_NAME": "my-llm", "UPSTREAM_FORMAT": "tgi"})
+    >>> cfg.model_id, cfg.upstream_format
+    ('my-llm', 'tgi')
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from sagestream import prompts
+from sagestream.dialects import DIALECTS, Dialect
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off", "")
+
+
+class ConfigError(ValueError):
+    """A setting that is missing or not valid; the function refuses to start with it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    endpoint_name: str
+    upstream_format: Dialect = "openai"
+    model_id: str = ""
+    inference_component: str | None = None
+    target_variant: str | None = None
+    max_tokens_limit: int | None = None
+    max_request_bytes: int = 1024 * 1024
+    prompt_template: str | None = None
+    sse_pad_bytes: int = 0
+    deadline_margin_ms: int = 3000
+    connect_timeout_s: float = 5.0
+    read_timeout_s: float = 60.0
+    max_attempts: int = 3
+    serve_ui: bool = False
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Config:
+        env = os.environ if environ is None else environ
+
+        def text(name: str) -> str | None:
+            value = env.get(name, "").strip()
+            return value or None
+
+        def number(name: str, default: float | None, *, minimum: float = 0, whole: bool = True) -> float | None:
+            raw = text(name)
+            if raw is None:
+                return default
+            try:
+                value = int(raw) if whole else float(raw)
+            except ValueError:
+                raise ConfigError(f"{name}={raw!r} is not a {'whole ' if whole else ''}number") from None
+            if value < minimum:
+                raise ConfigError(f"{name}={raw!r} must be at least {minimum}")
+            return value
+
+        def flag(name: str, default: bool) -> bool:
+            raw = env.get(name)
+            if raw is None:
+                return default
+            if raw.strip().lower() in _TRUE:
+                return True
+            if raw.strip().lower() in _FALSE:
+                return False
+            raise ConfigError(f"{name}={raw!r} is not true or false")
+
+        endpoint = text("SAGEMAKER_ENDPOINT_NAME")
+        if endpoint is None:
+            raise ConfigError("SAGEMAKER_ENDPOINT_NAME is required: the SageMaker endpoint this function streams from")
+        fmt = (text("UPSTREAM_FORMAT") or "openai").lower()
+        if fmt not in DIALECTS:
+            raise ConfigError(f"UPSTREAM_FORMAT={fmt!r}; expected one of {', '.join(DIALECTS)}")
+        template = text("PROMPT_TEMPLATE")
+        if template is not None:
+            try:
+                prompts.template(template)
+            except (KeyError, ValueError) as e:
+                raise ConfigError(f"PROMPT_TEMPLATE={template!r}: {e}") from None
+        limit = number("MAX_TOKENS_LIMIT", None, minimum=1)
+        pad = int(number("SSE_PAD_BYTES", 0) or 0)
+        if 0 < pad < 5:
+            raise ConfigError(
+                "SSE_PAD_BYTES must be 0 or at least 5 (an SSE comment needs ': ', padding and a blank line)"
+            )
+        return cls(
+            endpoint_name=endpoint,
+            upstream_format=fmt,
+            model_id=text("MODEL_ID") or endpoint,
+            inference_component=text("INFERENCE_COMPONENT_NAME"),
+            target_variant=text("TARGET_VARIANT"),
+            max_tokens_limit=int(limit) if limit is not None else None,
+            max_request_bytes=int(number("MAX_REQUEST_BYTES", 1024 * 1024, minimum=1) or 0),
+            prompt_template=template,
+            sse_pad_bytes=pad,
+            deadline_margin_ms=int(number("DEADLINE_MARGIN_MS", 3000) or 0),
+            connect_timeout_s=float(number("UPSTREAM_CONNECT_TIMEOUT_S", 5.0, whole=False) or 5.0),
+            read_timeout_s=float(number("UPSTREAM_READ_TIMEOUT_S", 60.0, whole=False) or 60.0),
+            max_attempts=int(number("UPSTREAM_MAX_ATTEMPTS", 3, minimum=1) or 3),
+            serve_ui=flag("SERVE_UI", False),
+        )

@@ -1,0 +1,108 @@
+"""The whole local chain in one object: simulated endpoint → runtime processes → local Function URL.
+
+``make run``, ``make invoke``, the end-to-end tests and the benchmark all start it the same way.
+
+Which upstream the runtime processes call:
+
+- ``AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME`` set: that URL (boto3's own override, left as it is);
+- ``UPSTREAM=aws``: real SageMaker with the user's own credentials and region;
+- otherwise the embedded :class:`~sagestream_local.endpoint.SimulatedEndpoint`, with stand-in
+  credentials and region so that no AWS configuration is needed.
+
+Example::
+
+    >>> with LocalStack(port=0, env={"UPSTREAM_FORMAT": "tgi"}) as stack:  # doctest: +SKIP
+    ...     print(stack.url, stack.endpoint.url)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from types import TracebackType
+
+from sagestream_local.endpoint import Scenario, SimulatedEndpoint
+from sagestream_local.function_url import FunctionURL
+from sagestream_local.runtime_api import Pool
+
+SIM_ENDPOINT_NAME = "sagestream-sim"
+# Stand-in credentials for the simulated endpoint: it checks that requests are signed, not by whom.
+_SIM_CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "AKIASAGESTREAMLOCAL0",
+    "AWS_SECRET_ACCESS_KEY": "sagestream-local-not-a-secret",
+    "AWS_SESSION_TOKEN": "",
+    "AWS_REGION": "us-east-1",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_CONFIG_FILE": os.devnull,
+    "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+    "AWS_EC2_METADATA_DISABLED": "true",
+}
+
+
+class LocalStack:
+    def __init__(
+        self,
+        *,
+        port: int = 3000,
+        concurrency: int = 4,
+        timeout_s: float = 300.0,
+        env: Mapping[str, str] | None = None,
+        scenario: Scenario | None = None,
+        upstream: str | None = None,
+        verbose: bool = False,
+    ) -> None:
+        merged = {**os.environ, **(env or {})}
+        self.env: dict[str, str] = {"SERVE_UI": "true", **dict(env or {})}
+        self.endpoint: SimulatedEndpoint | None = None
+        upstream = (upstream or merged.get("UPSTREAM") or "").lower()
+        if merged.get("AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME"):
+            self.upstream = merged["AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME"]
+        elif upstream == "aws":
+            self.upstream = "aws"
+        else:
+            dialect = merged.get("UPSTREAM_FORMAT", "openai")
+            self.endpoint = SimulatedEndpoint(scenario or Scenario(dialect=dialect))  # type: ignore[arg-type]
+            self.env.setdefault("SAGEMAKER_ENDPOINT_NAME", SIM_ENDPOINT_NAME)
+            self.env.update(_SIM_CREDENTIALS)
+            self.upstream = "simulated"
+        self._pool_args = {"size": concurrency, "timeout_s": timeout_s}
+        self.pool: Pool | None = None
+        self._port = port
+        self._verbose = verbose
+        self.front: FunctionURL | None = None
+
+    @property
+    def url(self) -> str:
+        assert self.front is not None, "start() first"
+        return self.front.url
+
+    def start(self) -> LocalStack:
+        if self.endpoint is not None:
+            self.endpoint.start()
+            self.env["AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME"] = self.endpoint.url
+            self.env["NO_PROXY"] = ",".join(filter(None, [os.environ.get("NO_PROXY"), "127.0.0.1", "localhost"]))
+            self.upstream = f"simulated endpoint at {self.endpoint.url}"
+        try:
+            self.front = FunctionURL(Pool(env=self.env, **self._pool_args), port=self._port, verbose=self._verbose)  # type: ignore[arg-type]
+        except OSError:
+            self.stop()
+            raise
+        self.pool = self.front.pool.start()
+        self.front.start()
+        return self
+
+    def stop(self) -> None:
+        if self.front is not None:
+            self.front.stop()
+        if self.pool is not None:
+            self.pool.stop()
+        if self.endpoint is not None:
+            self.endpoint.stop()
+
+    def __enter__(self) -> LocalStack:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
