@@ -18,8 +18,10 @@ Example (``make invoke`` runs this for real)::
 
 from __future__ import annotations
 
+import html
 import json
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -161,7 +163,14 @@ class Relay:
         self._json(stream, 200, {"status": "ok", "model": self.config.model_id})
 
     def _page(self, request: Request, stream: ResponseStream, context: LambdaContext, record: StreamRecord) -> None:
-        page = resources.files("sagestream").joinpath("static/index.html").read_bytes()
+        page = (
+            resources.files("sagestream")
+            .joinpath("static/index.html")
+            .read_text("utf-8")
+            .replace("__SAGESTREAM_MODEL__", html.escape(self.config.model_id))
+            .replace("__SAGESTREAM_AUTH_MODE__", html.escape(os.environ.get("AUTH_MODE", "iam")))
+            .encode()
+        )
         stream.start(
             200,
             {
