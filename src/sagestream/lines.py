@@ -43,9 +43,7 @@ class LineTooLong(LineError):
     """A line grew past the cap; holding more would let one stream take the function's memory."""
 
     def __init__(self, limit: int) -> None:
-        super().__init__(
-            f"The model endpoint sent a line longer than {limit} bytes.", code="upstream_line_too_long"
-        )
+        super().__init__(f"The model endpoint sent a line longer than {limit} bytes.", code="upstream_line_too_long")
         self.limit = limit
 
 

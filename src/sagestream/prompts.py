@@ -62,6 +62,4 @@ def template(name: str) -> PromptTemplate:
     try:
         return _TEMPLATES[name.strip().lower()]
     except KeyError:
-        raise ValueError(
-            f"Unknown prompt template {name!r}; known templates: {', '.join(names())}."
-        ) from None
+        raise ValueError(f"Unknown prompt template {name!r}; known templates: {', '.join(names())}.") from None

@@ -124,7 +124,10 @@ class ChatCompletionRequest(_Sampling):
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
 
     def plain_messages(self) -> list[tuple[str, str]]:
-        """``(role, text)`` pairs for a prompt template; ``developer`` is OpenAI's new name for ``system``."""
+        """``(role, text)`` pairs for a prompt template.
+
+        ``developer`` is OpenAI's new name for ``system``; text parts are joined with newlines.
+        """
         return [("system" if m.role == "developer" else m.role, m.text) for m in self.messages]
 
 
@@ -176,9 +179,7 @@ def _parse(model: type[_RequestT], body: bytes) -> _RequestT:
     except ValidationError as exc:
         raise _invalid(exc.errors(include_url=False, include_input=False)) from None
     except RecursionError:
-        raise APIError.invalid_request(
-            "The request body is nested too deeply.", code="invalid_json"
-        ) from None
+        raise APIError.invalid_request("The request body is nested too deeply.", code="invalid_json") from None
 
 
 def _reject_constant(name: str) -> NoReturn:

@@ -1,0 +1,243 @@
+"""Requests are checked the way OpenAI checks them, and every rejection is a 400 that names the field."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sagestream.errors import APIError
+from sagestream.schema import ChatCompletionRequest, parse_chat, parse_completion
+
+USER = {"role": "user", "content": "Hi"}
+
+
+def body(**fields: Any) -> bytes:
+    return json.dumps({"model": "m", "messages": [USER], **fields}).encode()
+
+
+def rejection(raw: bytes, limit: int | None = None) -> APIError:
+    with pytest.raises(APIError) as info:
+        parse_chat(raw, max_tokens_limit=limit)
+    assert info.value.status == 400
+    assert info.value.type == "invalid_request_error"
+    return info.value
+
+
+def test_a_full_request_parses() -> None:
+    request = parse_chat(
+        body(
+            max_tokens=10,
+            temperature=0,
+            top_p=1,
+            stop=["a", "b"],
+            stream=True,
+            stream_options={"include_usage": True},
+            seed=-3,
+            user="u",
+            n=1,
+        ),
+        max_tokens_limit=10,
+    )
+    assert isinstance(request, ChatCompletionRequest)
+    assert (request.effective_max_tokens, request.temperature, request.stop_sequences) == (10, 0.0, ["a", "b"])
+    assert request.include_usage is True
+
+
+def test_unknown_fields_are_ignored() -> None:
+    request = parse_chat(body(logit_bias={"1": 2}, frequency_penalty=0.5), max_tokens_limit=None)
+    assert request.plain_messages() == [("user", "Hi")]
+
+
+def test_content_parts_join_as_text_and_developer_is_system() -> None:
+    messages = [
+        {"role": "developer", "content": "rules"},
+        {"role": "user", "content": [{"type": "text", "text": "one"}, {"type": "text", "text": "two"}]},
+        {"role": "assistant", "content": None, "tool_calls": []},
+        {"role": "tool", "content": "42", "tool_call_id": "c1"},
+    ]
+    request = parse_chat(json.dumps({"messages": messages}).encode(), max_tokens_limit=None)
+    assert request.plain_messages() == [("system", "rules"), ("user", "one\ntwo"), ("assistant", ""), ("tool", "42")]
+
+
+def test_max_completion_tokens_is_accepted_and_wins() -> None:
+    request = parse_chat(body(max_tokens=5, max_completion_tokens=7), max_tokens_limit=None)
+    assert request.effective_max_tokens == 7
+
+
+def test_stop_as_a_string_is_a_one_element_list() -> None:
+    assert parse_chat(body(stop="###"), max_tokens_limit=None).stop_sequences == ["###"]
+
+
+def test_include_usage_needs_streaming() -> None:
+    request = parse_chat(body(stream_options={"include_usage": True}), max_tokens_limit=None)
+    assert request.include_usage is False
+
+
+def test_invalid_json_is_invalid_json() -> None:
+    assert rejection(b'{"messages": [').code == "invalid_json"
+
+
+@pytest.mark.parametrize("raw", [b'{"temperature": NaN, "messages": []}', b'{"top_p": Infinity}'])
+def test_non_standard_json_numbers_are_invalid_json(raw: bytes) -> None:
+    assert rejection(raw).code == "invalid_json"
+
+
+def test_a_body_that_is_not_utf8_is_invalid_json() -> None:
+    assert rejection(b'{"messages": "\xff"}').code == "invalid_json"
+
+
+@pytest.mark.parametrize("raw", [b"[]", b'"hi"', b"3", b"null"])
+def test_a_body_that_is_not_an_object_is_rejected(raw: bytes) -> None:
+    assert "JSON object" in rejection(raw).message
+
+
+def test_missing_messages_names_the_field() -> None:
+    err = rejection(b'{"model": "m"}')
+    assert (err.param, err.code) == ("messages", "missing_required_parameter")
+    assert "'messages'" in err.message
+
+
+def test_empty_messages_are_rejected() -> None:
+    assert rejection(body(messages=[])).param == "messages"
+
+
+def test_a_bad_role_names_its_dotted_path() -> None:
+    err = rejection(body(messages=[USER, {"role": "robot", "content": "x"}]))
+    assert err.param == "messages.1.role"
+    assert "messages.1.role" in err.message and "'user'" in err.message
+
+
+def test_a_non_text_content_part_names_the_part() -> None:
+    err = rejection(body(messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]))
+    assert err.param == "messages.0.content.0.type"
+
+
+def test_content_of_the_wrong_type_names_content_not_a_union_member() -> None:
+    err = rejection(body(messages=[{"role": "user", "content": 5}]))
+    assert err.param == "messages.0.content"
+    assert err.code == "invalid_type"
+
+
+@pytest.mark.parametrize(
+    ("fields", "param"),
+    [
+        ({"temperature": 2.5}, "temperature"),
+        ({"temperature": -0.1}, "temperature"),
+        ({"top_p": 1.5}, "top_p"),
+        ({"max_tokens": 0}, "max_tokens"),
+        ({"max_tokens": "5"}, "max_tokens"),
+        ({"max_tokens": True}, "max_tokens"),
+        ({"max_tokens": 5.5}, "max_tokens"),
+        ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
+        ({"stop": 3}, "stop"),
+        ({"stream": "yes"}, "stream"),
+        ({"stream_options": {"include_usage": 1}}, "stream_options.include_usage"),
+        ({"n": 2}, "n"),
+        ({"seed": "x"}, "seed"),
+        ({"model": 4}, "model"),
+    ],
+)
+def test_out_of_range_and_wrong_type_fields_name_themselves(fields: dict[str, Any], param: str) -> None:
+    err = rejection(body(**fields))
+    assert err.param == param
+    assert f"'{param}'" in err.message
+
+
+def test_n_other_than_one_says_why() -> None:
+    assert "only n=1" in rejection(body(n=3)).message
+
+
+def test_max_tokens_over_the_limit() -> None:
+    err = rejection(body(max_tokens=4097), limit=4096)
+    assert (err.param, err.code) == ("max_tokens", "max_tokens_exceeded")
+    assert "4096" in err.message
+
+
+def test_max_completion_tokens_over_the_limit_names_that_field() -> None:
+    assert rejection(body(max_completion_tokens=9), limit=8).param == "max_completion_tokens"
+
+
+def test_max_tokens_at_the_limit_passes() -> None:
+    assert parse_chat(body(max_tokens=4096), max_tokens_limit=4096).max_tokens == 4096
+
+
+def test_completion_request() -> None:
+    request = parse_completion(b'{"model": "m", "prompt": "Once", "max_tokens": 4, "stream": true}', max_tokens_limit=8)
+    assert (request.prompt, request.effective_max_tokens, request.stream) == ("Once", 4, True)
+
+
+def test_completion_requires_a_string_prompt() -> None:
+    with pytest.raises(APIError) as info:
+        parse_completion(b'{"prompt": ["a", "b"]}', max_tokens_limit=None)
+    assert (info.value.status, info.value.param) == (400, "prompt")
+
+
+def test_completion_max_tokens_over_the_limit() -> None:
+    with pytest.raises(APIError) as info:
+        parse_completion(b'{"prompt": "a", "max_tokens": 100}', max_tokens_limit=10)
+    assert info.value.code == "max_tokens_exceeded"
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=6),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=12,
+)
+_message = st.fixed_dictionaries(
+    {},
+    optional={
+        "role": st.sampled_from(["user", "system", "assistant", "tool", "developer", "bot"]) | _json,
+        "content": st.text(max_size=5)
+        | st.lists(st.fixed_dictionaries({"type": st.just("text") | _json, "text": _json}))
+        | _json,
+    },
+)
+_request = st.fixed_dictionaries(
+    {},
+    optional={
+        "messages": st.lists(_message, max_size=3) | _json,
+        "model": _json,
+        "max_tokens": st.integers(-2, 10) | _json,
+        "max_completion_tokens": _json,
+        "temperature": st.floats(-1, 3) | _json,
+        "top_p": _json,
+        "stop": _json,
+        "stream": _json,
+        "stream_options": st.fixed_dictionaries({}, optional={"include_usage": _json}) | _json,
+        "n": _json,
+        "seed": _json,
+    },
+)
+
+
+def _accepted_or_4xx(raw: bytes) -> None:
+    try:
+        parse_chat(raw, max_tokens_limit=5)
+    except APIError as err:
+        assert 400 <= err.status < 500
+        assert err.type == "invalid_request_error"
+        assert err.message
+
+
+@settings(max_examples=300, deadline=None)
+@given(request=_request | _json)
+def test_any_json_body_parses_or_is_a_4xx(request: Any) -> None:
+    try:
+        raw = json.dumps(request).encode()
+    except ValueError:  # pragma: no cover - json.dumps refuses nothing hypothesis draws here
+        return
+    _accepted_or_4xx(raw)
+
+
+@settings(max_examples=150, deadline=None)
+@given(raw=st.binary(max_size=40))
+def test_any_bytes_parse_or_are_a_4xx(raw: bytes) -> None:
+    _accepted_or_4xx(raw)
+
+
+def test_absurdly_nested_json_is_a_4xx() -> None:
+    _accepted_or_4xx(b'{"messages": ' + b"[" * 100_000 + b"]" * 100_000 + b"}")
