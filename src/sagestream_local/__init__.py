@@ -1,0 +1,1 @@
+"""Laptop-only stand-ins for the AWS pieces around sagestream: never deployed."""
