@@ -6,7 +6,7 @@ Which upstream the runtime processes call:
 
 - ``AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME`` set: that URL (boto3's own override, left as it is);
 - ``UPSTREAM=aws``: real SageMaker with the user's own credentials and region;
-- otherwise the embedded :class:`~sagestream_local.endpoint.SimulatedEndpoint`, with stand-in
+- otherwise (or with ``upstream="simulated"``) the embedded :class:`~sagestream_local.endpoint.SimulatedEndpoint`, with stand-in
   credentials and region so that no AWS configuration is needed.
 
 Example::
@@ -55,7 +55,7 @@ class LocalStack:
         self.env: dict[str, str] = {"SERVE_UI": "true", **dict(env or {})}
         self.endpoint: SimulatedEndpoint | None = None
         upstream = (upstream or merged.get("UPSTREAM") or "").lower()
-        if merged.get("AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME"):
+        if upstream != "simulated" and merged.get("AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME"):
             self.upstream = merged["AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME"]
         elif upstream == "aws":
             self.upstream = "aws"
@@ -63,7 +63,8 @@ class LocalStack:
             dialect = merged.get("UPSTREAM_FORMAT", "openai")
             self.endpoint = SimulatedEndpoint(scenario or Scenario(dialect=dialect))  # type: ignore[arg-type]
             self.env.setdefault("SAGEMAKER_ENDPOINT_NAME", SIM_ENDPOINT_NAME)
-            self.env.update(_SIM_CREDENTIALS)
+            for name, value in _SIM_CREDENTIALS.items():  # a test may take them away, to see what no credentials does
+                self.env.setdefault(name, value)
             self.upstream = "simulated"
         self._pool_args = {"size": concurrency, "timeout_s": timeout_s}
         self.pool: Pool | None = None
