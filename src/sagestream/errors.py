@@ -25,7 +25,7 @@ class APIError(Exception):
         status: int,
         message: str,
         *,
-        type: str = "invalid_request_error",  # noqa: A002 - OpenAI's field name
+        type: str = "invalid_request_error",
         code: str | None = None,
         param: str | None = None,
         headers: Mapping[str, str] | None = None,

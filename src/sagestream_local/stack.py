@@ -6,7 +6,8 @@ Which upstream the runtime processes call:
 
 - ``AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME`` set: that URL (boto3's own override, left as it is);
 - ``UPSTREAM=aws``: real SageMaker with the user's own credentials and region;
-- otherwise (or with ``upstream="simulated"``) the embedded :class:`~sagestream_local.endpoint.SimulatedEndpoint`, with stand-in
+- otherwise (or with ``upstream="simulated"``) the embedded
+  :class:`~sagestream_local.endpoint.SimulatedEndpoint`, with stand-in
   credentials and region so that no AWS configuration is needed.
 
 Example::
