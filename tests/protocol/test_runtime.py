@@ -331,3 +331,33 @@ def test_a_dropped_runtime_api_connection_raises_client_disconnected() -> None:
 
     invoke(client, handler, client.next_invocation())
     assert len(seen) == 1
+
+
+def test_the_response_socket_has_tcp_nodelay_and_each_write_is_one_send(monkeypatch: pytest.MonkeyPatch) -> None:
+    api = _BareRuntimeAPI({})
+    client = RuntimeAPIClient(api.address)
+    sends: list[bytes] = []
+    flags: list[int] = []
+
+    def handler(event, stream, context):
+        stream.start(200, {})
+        sock = stream._sock
+        flags.append(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+        real = sock.sendall
+
+        class Counting:
+            def __getattr__(self, name):
+                return getattr(sock, name)
+
+            def sendall(self, data):
+                sends.append(bytes(data))
+                return real(data)
+
+        stream._sock = Counting()
+        stream.write(b"a")
+        stream.write(b"bb" * 5000)
+        stream._sock = sock
+
+    invoke(client, handler, client.next_invocation())
+    assert flags == [1]
+    assert sends == [b"1\r\na\r\n", b"2710\r\n" + b"bb" * 5000 + b"\r\n"]
