@@ -1,0 +1,211 @@
+"""``sam build`` makes the artifact without Docker or a local python3.13, and that artifact serves a stream.
+
+One build for the template's arm64 (inspected: contents, the wrapper's executable bit, the size zipped as
+``sam deploy`` zips it), and one for this machine's architecture, which runs a streamed chat request under
+``sagestream_local`` with python3.13, started through the exec wrapper as Lambda starts it.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+import tomllib
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sagestream_local.endpoint import Scenario, SimulatedEndpoint
+from sagestream_local.function_url import FunctionURL
+from sagestream_local.runtime_api import Pool
+from tests.client import request
+from tests.deploy.conftest import ROOT, SAM_ENV, SAM_PYTHON, find_python313
+
+MAX_ZIPPED_BYTES = 20 * 1000 * 1000
+FUNCTION = "SageStreamFunction"
+# ELF e_machine of the shared objects inside the wheels: the artifact must hold Lambda's, not this machine's.
+ELF_MACHINE = {"arm64": 0xB7, "x86_64": 0x3E}
+
+
+def build(sam: Path, build_dir: Path, arch: str) -> Path:
+    """``sam build`` as `make build` runs it, for ``arch``; returns the function's artifact directory."""
+    started = time.monotonic()
+    result = subprocess.run(
+        [str(sam), "build", "--build-in-source", "--build-dir", str(build_dir), "--template-file", "template.yaml"],
+        cwd=ROOT,
+        env={**SAM_ENV, "LAMBDA_ARCH": arch},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, f"sam build ({arch}) failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    print(f"sam build {arch}: {time.monotonic() - started:.1f} s", file=sys.stderr)
+    return build_dir / FUNCTION
+
+
+def machine_arch() -> str:
+    return "arm64" if platform.machine().lower() in ("aarch64", "arm64") else "x86_64"
+
+
+@pytest.fixture(scope="module")
+def artifact(sam: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The artifact for the template's own architecture (arm64), built once for this module."""
+    return build(sam, tmp_path_factory.mktemp("sam-arm64"), "arm64")
+
+
+@pytest.fixture(scope="module")
+def zipped(artifact: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The artifact zipped by the SAM CLI's own packaging code, as `sam deploy` uploads it."""
+    base = tmp_path_factory.mktemp("zip") / FUNCTION
+    code = (
+        "import sys; from samcli.lib.package.utils import make_zip_with_lambda_permissions as z; "
+        "print(z(sys.argv[1], sys.argv[2]))"
+    )
+    out = subprocess.run(
+        [str(SAM_PYTHON), "-c", code, str(base), str(artifact)], capture_output=True, text=True, check=True
+    )
+    return Path(out.stdout.strip())
+
+
+def runtime_dependencies() -> dict[str, str]:
+    """The pinned ``[project] dependencies`` of pyproject.toml: normalised name -> version."""
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    pins = dict(d.split("==", 1) for d in deps)
+    return {re.sub(r"[-_.]+", "_", name).lower(): version for name, version in pins.items()}
+
+
+def test_the_artifact_holds_the_package_the_wrapper_and_the_pinned_dependencies(artifact: Path) -> None:
+    for name in ("__init__.py", "app.py", "runtime.py", "function_url.py", "py.typed"):
+        assert (artifact / "sagestream" / name).is_file(), name
+    installed = dict(p.name.removesuffix(".dist-info").rsplit("-", 1) for p in artifact.glob("*.dist-info"))
+    installed = {re.sub(r"[-_.]+", "_", name).lower(): version for name, version in installed.items()}
+    for name, version in runtime_dependencies().items():
+        assert installed.get(name) == version, f"{name}=={version} not in the artifact (found {installed.get(name)})"
+
+
+def test_the_artifact_leaves_out_what_is_not_deployed(artifact: Path) -> None:
+    names = {p.relative_to(artifact).as_posix() for p in artifact.rglob("*")}
+    assert not [n for n in names if n.startswith(("sagestream_local", "tests", "bench", "events", ".venv"))]
+    assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
+    assert not [n for n in names if ".egg-info" in n or n.startswith("bin/")]
+    assert not (artifact / "template.yaml").exists() and not (artifact / "Makefile").exists()
+
+
+def test_the_exec_wrapper_is_an_executable_script(artifact: Path, zipped: Path) -> None:
+    wrapper = artifact / "sagestream-bootstrap"
+    assert wrapper.read_text().startswith("#!/bin/sh\n")
+    assert os.stat(wrapper).st_mode & 0o111 == 0o111
+    with zipfile.ZipFile(zipped) as zf:  # and it stays executable once zipped for Lambda
+        assert (zf.getinfo("sagestream-bootstrap").external_attr >> 16) & 0o111 == 0o111
+
+
+def test_the_artifact_is_at_most_20_mb_zipped(zipped: Path) -> None:
+    size = zipped.stat().st_size
+    print(f"artifact zipped: {size / 1e6:.2f} MB", file=sys.stderr)
+    assert size <= MAX_ZIPPED_BYTES, f"{size} bytes zipped"
+
+
+def test_the_wheels_are_for_lambda_arm64_not_this_machine(artifact: Path) -> None:
+    objects = list(artifact.glob("pydantic_core/*.so"))
+    assert objects, "pydantic_core's compiled core is missing"
+    for so in objects:
+        assert "cpython-313" in so.name, so.name
+        e_machine = int.from_bytes(so.read_bytes()[18:20], "little")
+        assert e_machine == ELF_MACHINE["arm64"], f"{so.name}: ELF machine {e_machine:#x}"
+
+
+def test_every_aws_service_the_function_calls_keeps_its_botocore_model(artifact: Path) -> None:
+    # The build drops botocore's models of services the function never calls; a new client must be kept.
+    source = "\n".join(p.read_text() for p in (ROOT / "src" / "sagestream").glob("*.py"))
+    services = set(re.findall(r"""\.client\(\s*["']([a-z0-9-]+)["']""", source))
+    if "SSMProvider" in source:
+        services.add("ssm")
+    if "SecretsProvider" in source:
+        services.add("secretsmanager")
+    assert "sagemaker-runtime" in services
+    kept = {p.name for p in (artifact / "botocore" / "data").iterdir() if p.is_dir()}
+    assert services <= kept, f"add {sorted(services - kept)} to BOTOCORE_SERVICES in the Makefile"
+
+
+# --- the artifact, built for this machine, serving one streamed request ---------------------------------
+
+PYTHON313 = find_python313()
+
+
+@pytest.fixture(scope="module")
+def native_artifact(sam: Path, artifact: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if PYTHON313 is None:
+        pytest.skip("no python3.13 on this machine (PATH or ~/.pyenv/versions/3.13*): the artifact needs one to run")
+    if machine_arch() == "arm64":
+        return artifact
+    return build(sam, tmp_path_factory.mktemp("sam-native"), machine_arch())
+
+
+@pytest.fixture
+def artifact_function(native_artifact: Path) -> Iterator[str]:
+    """The local Function URL in front of one runtime process started from the artifact by its wrapper."""
+    assert PYTHON313 is not None
+    endpoint = SimulatedEndpoint(Scenario(ttft_ms=5, cadence_ms=1, tokens=12)).start()
+    env = {
+        # As Lambda runs it: the wrapper gets the managed runtime's command line (which it must ignore) and
+        # finds the package under LAMBDA_TASK_ROOT. python3 on PATH is the 3.13 the wheels were built for.
+        "LAMBDA_TASK_ROOT": str(native_artifact),
+        "PATH": f"{Path(PYTHON313).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        "PYTHONPATH": "",  # nothing from this checkout: the artifact alone
+        "PYTHONNOUSERSITE": "1",
+        "_HANDLER": "sagestream.app.handler",
+        "SAGEMAKER_ENDPOINT_NAME": "sagestream-sim",
+        "AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME": endpoint.url,
+        # The simulated endpoint checks that requests are signed, not by whom.
+        "AWS_ACCESS_KEY_ID": "AKIASAGESTREAMTEST00",
+        "AWS_SECRET_ACCESS_KEY": "sagestream-test-not-a-secret",
+        "AWS_REGION": "us-east-1",
+        "AWS_CONFIG_FILE": os.devnull,
+        "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "NO_PROXY": "127.0.0.1,localhost",
+    }
+    command = [str(native_artifact / "sagestream-bootstrap"), "/var/lang/bin/python3.13", "/var/runtime/bootstrap.py"]
+    try:
+        with Pool(size=1, timeout_s=60, env=env, command=command) as pool, FunctionURL(pool, port=0) as front:
+            yield front.url
+    finally:
+        endpoint.stop()
+
+
+def test_the_artifact_imports_on_python313_with_nothing_else_on_the_path(native_artifact: Path) -> None:
+    assert PYTHON313 is not None
+    code = (
+        "import sagestream.runtime, boto3, botocore, pydantic_core; print(sagestream.runtime.__file__, boto3.__file__)"
+    )
+    out = subprocess.run(
+        [PYTHON313, "-S", "-c", code],  # -S: no site-packages, so every import must come from the artifact
+        env={"PYTHONPATH": str(native_artifact), "PATH": os.environ.get("PATH", "")},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert all(path.startswith(str(native_artifact)) for path in out.stdout.split()), out.stdout
+
+
+def test_a_chat_request_streams_through_the_built_artifact(artifact_function: str) -> None:
+    response = request(
+        artifact_function,
+        "POST",
+        "/v1/chat/completions",
+        {"messages": [{"role": "user", "content": "Hello"}], "stream": True},
+        timeout=60,
+    )
+    assert response.status == 200, response.body[:500]
+    assert (response.header("content-type") or "").startswith("text/event-stream")
+    events = response.data_events()
+    assert events[-1] == "[DONE]"
+    text = "".join(e["choices"][0]["delta"].get("content") or "" for e in events[:-1] if e["choices"])
+    assert text.strip()
+    assert len(response.chunks) > 3  # streamed as it came, not in one piece
