@@ -69,8 +69,9 @@ invoke-sam: $(SAM_VENV)/.installed
 build: $(SAM_VENV)/.installed
 	$(SAM) build --build-in-source
 
-deploy: build
+deploy: $(SAM_VENV)/.installed
 	@case "$(ENV)" in dev|prod) ;; *) echo "ENV must be dev or prod (samconfig.toml), not '$(ENV)'" >&2; exit 1;; esac
+	$(SAM) build --build-in-source
 	$(SAM) deploy --config-env $(ENV)
 
 # sam build (BuildMethod: makefile) runs this with ARTIFACTS_DIR set. No Docker and no local python3.13:

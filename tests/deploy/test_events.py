@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -143,3 +144,12 @@ def test_make_invoke_exits_non_zero_on_a_function_error(invoked: dict[str, tuple
     assert code == 1
     assert body == b""
     assert "HTTP 502" in log and "ValueError" in log
+
+
+def test_make_invoke_sam_says_plainly_that_it_needs_docker() -> None:
+    docker = shutil.which("docker")
+    if docker and subprocess.run([docker, "info"], capture_output=True, check=False).returncode == 0:
+        pytest.skip("a Docker engine answers here, so make invoke-sam would really run sam local invoke")
+    result = subprocess.run(["make", "-s", "invoke-sam"], cwd=ROOT, capture_output=True, text=True, check=False)
+    assert result.returncode != 0
+    assert "no Docker engine" in result.stderr and "make invoke EVENT=events/chat-stream.json" in result.stderr
