@@ -50,6 +50,7 @@ class LocalStack:
         env: Mapping[str, str] | None = None,
         scenario: Scenario | None = None,
         upstream: str | None = None,
+        command: list[str] | None = None,
         verbose: bool = False,
     ) -> None:
         merged = {**os.environ, **(env or {})}
@@ -67,7 +68,8 @@ class LocalStack:
             for name, value in _SIM_CREDENTIALS.items():  # a test may take them away, to see what no credentials does
                 self.env.setdefault(name, value)
             self.upstream = "simulated"
-        self._pool_args = {"size": concurrency, "timeout_s": timeout_s}
+        # `command` runs the runtime some other way: from a built artifact through its exec wrapper, say.
+        self._pool_args = {"size": concurrency, "timeout_s": timeout_s, "command": command}
         self.pool: Pool | None = None
         self._port = port
         self._verbose = verbose

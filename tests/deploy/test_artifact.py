@@ -20,9 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from sagestream_local.endpoint import Scenario, SimulatedEndpoint
-from sagestream_local.function_url import FunctionURL
-from sagestream_local.runtime_api import Pool
+from sagestream_local.endpoint import Scenario
+from sagestream_local.stack import LocalStack
 from tests.client import request
 from tests.deploy.conftest import ROOT, SAM_ENV, SAM_PYTHON, find_python313
 
@@ -151,7 +150,6 @@ def native_artifact(sam: Path, artifact: Path, tmp_path_factory: pytest.TempPath
 def artifact_function(native_artifact: Path) -> Iterator[str]:
     """The local Function URL in front of one runtime process started from the artifact by its wrapper."""
     assert PYTHON313 is not None
-    endpoint = SimulatedEndpoint(Scenario(ttft_ms=5, cadence_ms=1, tokens=12)).start()
     env = {
         # As Lambda runs it: the wrapper gets the managed runtime's command line (which it must ignore) and
         # finds the package under LAMBDA_TASK_ROOT. python3 on PATH is the 3.13 the wheels were built for.
@@ -160,23 +158,13 @@ def artifact_function(native_artifact: Path) -> Iterator[str]:
         "PYTHONPATH": "",  # nothing from this checkout: the artifact alone
         "PYTHONNOUSERSITE": "1",
         "_HANDLER": "sagestream.app.handler",
-        "SAGEMAKER_ENDPOINT_NAME": "sagestream-sim",
-        "AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME": endpoint.url,
-        # The simulated endpoint checks that requests are signed, not by whom.
-        "AWS_ACCESS_KEY_ID": "AKIASAGESTREAMTEST00",
-        "AWS_SECRET_ACCESS_KEY": "sagestream-test-not-a-secret",
-        "AWS_REGION": "us-east-1",
-        "AWS_CONFIG_FILE": os.devnull,
-        "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
-        "AWS_EC2_METADATA_DISABLED": "true",
-        "NO_PROXY": "127.0.0.1,localhost",
     }
     command = [str(native_artifact / "sagestream-bootstrap"), "/var/lang/bin/python3.13", "/var/runtime/bootstrap.py"]
-    try:
-        with Pool(size=1, timeout_s=60, env=env, command=command) as pool, FunctionURL(pool, port=0) as front:
-            yield front.url
-    finally:
-        endpoint.stop()
+    scenario = Scenario(ttft_ms=5, cadence_ms=1, tokens=12)
+    with LocalStack(
+        port=0, concurrency=1, timeout_s=60, env=env, scenario=scenario, upstream="simulated", command=command
+    ) as stack:
+        yield stack.url
 
 
 def test_the_artifact_imports_on_python313_with_nothing_else_on_the_path(native_artifact: Path) -> None:
