@@ -1,0 +1,209 @@
+"""Metrics from arrivals and the endpoint's send times, and the committed report (JSON, Markdown, PNG)."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from sagestream_local.endpoint import Record
+
+BURST_ARRIVAL_NS = 1_000_000  # a delta reaching the client < 1 ms after the previous one ...
+BURST_SENT_NS = 2_000_000  # ... although the endpoint sent the two >= 2 ms apart
+
+TARGETS: dict[str, tuple[str, str, float]] = {
+    # name: (workload, metric, bound); each is "metric <= bound" except deltas_per_s (>=)
+    "burst_gaps == 0": ("tinyllama-like", "burst_gaps", 0),
+    "added_ms_p50 <= 0.5": ("tinyllama-like", "added_ms_p50", 0.5),
+    "added_ms_p99 <= 2": ("tinyllama-like", "added_ms_p99", 2.0),
+    "ttft within 1 ms of the endpoint's": ("tinyllama-like", "ttft_over_endpoint_ms", 1.0),
+    "deltas_per_s >= 20000": ("throughput", "deltas_per_s", 20000),
+    "rss_growth_mb < 5 on long": ("long", "rss_growth_mb", 5.0),
+    "cold_init_ratio <= 1.3": ("cold", "cold_init_ratio", 1.3),
+}
+
+
+def _quantile(values: Sequence[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def _r(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def metrics(result: Mapping[str, Any], records: Sequence[Record], deltas_cpu_ns: int | None = None) -> dict[str, Any]:
+    """One peer on one workload: ``result`` is what ``bench.peers`` wrote, ``records`` the endpoint's, in order.
+
+    Delta ``i`` of a run is token ``i`` of its record (one content delta per model token, in order).
+    """
+    runs = result["runs"]
+    records = list(records)[-len(runs) :]
+    if len(records) != len(runs):
+        raise RuntimeError(f"{result['peer']}: {len(runs)} runs but {len(records)} endpoint records")
+    ttfts, over_endpoint, gaps, added = [], [], [], []
+    bursts = deltas = tokens = 0
+    spans: list[float] = []
+    for run, record in zip(runs, records, strict=True):
+        sends = [t.monotonic_ns for t in record.tokens if t.text and not t.special]
+        deltas += run["deltas"]
+        tokens += len(sends)
+        if run["first_ns"] is None or not sends:
+            continue
+        ttft = (run["first_ns"] - run["started_ns"]) / 1e6
+        ttfts.append(ttft)
+        over_endpoint.append(ttft - (sends[0] - record.received_monotonic_ns) / 1e6)
+        if run["deltas"] > 1 and run["last_ns"] > run["first_ns"]:
+            spans.append((run["last_ns"] - run["first_ns"]) / 1e9)
+        arrivals = run["arrivals_ns"]
+        n = min(len(arrivals), len(sends))
+        for i in range(n):
+            added.append((arrivals[i] - sends[i]) / 1e6)
+            if i:
+                gap = arrivals[i] - arrivals[i - 1]
+                gaps.append(gap / 1e6)
+                if gap < BURST_ARRIVAL_NS and sends[i] - sends[i - 1] >= BURST_SENT_NS:
+                    bursts += 1
+    timed = bool(added)
+    cpu_ns = result["cpu_ns"] if deltas_cpu_ns is None else deltas_cpu_ns
+    out: dict[str, Any] = {
+        "runs": len(runs),
+        "deltas": deltas,
+        "tokens_sent": tokens,
+        "ttft_ms_median": _r(statistics.median(ttfts)) if ttfts else None,
+        "ttft_over_endpoint_ms": _r(statistics.median(over_endpoint)) if over_endpoint else None,
+        "burst_gaps": bursts if timed else None,
+        "cadence_ms_median": _r(statistics.median(gaps)) if gaps else None,
+        "added_ms_p50": _r(_quantile(added, 0.5)),
+        "added_ms_p99": _r(_quantile(added, 0.99)),
+        "cpu_us_per_delta": _r(cpu_ns / 1000 / deltas, 2) if deltas else None,
+        "peak_rss_mb": _r(result["peak_rss_kb"] / 1024, 1),
+        "rss_growth_mb": _r((result["peak_rss_kb"] - result["rss_before_kb"]) / 1024, 1),
+        "deltas_per_s": round(sum(r["deltas"] for r in runs) / sum(spans)) if spans else None,
+    }
+    return out
+
+
+# --------------------------------------------------------------------------------------------- the report
+
+COLUMNS = (
+    ("ttft_ms_median", "TTFT ms"),
+    ("ttft_over_endpoint_ms", "TTFT over endpoint ms"),
+    ("burst_gaps", "burst gaps"),
+    ("deltas", "deltas"),
+    ("cadence_ms_median", "cadence ms"),
+    ("added_ms_p50", "added p50 ms"),
+    ("added_ms_p99", "added p99 ms"),
+    ("cpu_us_per_delta", "CPU µs/delta"),
+    ("peak_rss_mb", "peak RSS MB"),
+)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.3f}".rstrip("0").rstrip(".") if abs(value) < 100 else f"{value:,.0f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def table(rows: Mapping[str, Mapping[str, Any]], columns: Sequence[tuple[str, str]] = COLUMNS) -> str:
+    lines = ["| peer | " + " | ".join(title for _, title in columns) + " |"]
+    lines.append("| --- |" + " ---: |" * len(columns))
+    for peer, row in rows.items():
+        cells = " | ".join(_cell(row.get(key)) for key, _ in columns)
+        lines.append(f"| `{peer}` | {cells} |")
+    return "\n".join(lines)
+
+
+def target_rows(doc: Mapping[str, Any]) -> list[tuple[str, Any, bool | None]]:
+    rows: list[tuple[str, Any, bool | None]] = []
+    for name, (workload, key, bound) in TARGETS.items():
+        source = doc["cold"] if workload == "cold" else doc["workloads"].get(workload, {}).get("sagestream", {})
+        value = source.get(key)
+        met = None if value is None else (value >= bound if key == "deltas_per_s" else value <= bound)
+        if key == "rss_growth_mb" and value is not None:
+            met = value < bound
+        rows.append((name, value, met))
+    return rows
+
+
+def markdown(doc: Mapping[str, Any]) -> str:
+    machine, settings = doc["machine"], doc["settings"]
+    out = [
+        "# sagestream benchmark",
+        "",
+        f"{machine['date']} · {machine['cpu']} ({machine['cores']} cores) · Python {machine['python']} · "
+        f"load before {machine['loadavg_before']} · {'QUICK' if settings['quick'] else 'full'} run, "
+        f"{doc['elapsed_s']:.0f} s",
+        "",
+        "All peers read the same simulated endpoint with the same token schedule, one after another in one run. "
+        "`sagestream` and `buffered` are timed at an HTTP client of the local Function URL (the whole chain); "
+        "the other peers are timed where their reader hands a delta on. `added` = arrival minus the endpoint's "
+        "send time of that token (same CLOCK_MONOTONIC). CPU and RSS: of the runtime process for `sagestream` "
+        "and `buffered`, of the reader's process for the others.",
+        "",
+        "## Targets (sagestream)",
+        "",
+        "| target | measured | |",
+        "| --- | ---: | --- |",
+    ]
+    for name, value, met in target_rows(doc):
+        out.append(f"| {name} | {_cell(value)} | {'met' if met else 'missed' if met is False else '-'} |")
+    cold = doc["cold"]
+    out += [
+        "",
+        f"Cold init: runtime process start to its first `/next` {_cell(cold['runtime_init_ms'])} ms, "
+        f"`import boto3; boto3.client(...)` {_cell(cold['boto3_client_ms'])} ms (medians of "
+        f"{cold['samples']}).",
+    ]
+    for workload, rows in doc["workloads"].items():
+        spec = settings["workloads"][workload]
+        extra: tuple[tuple[str, str], ...] = ()
+        if spec["cadence_ms"] == 0:
+            extra = (("deltas_per_s", "deltas/s"), ("rss_growth_mb", "RSS growth MB"))
+        out += [
+            "",
+            f"## {workload}: {spec['tokens']:,} tokens, {spec['cadence_ms']} ms cadence, {spec['ttft_ms']} ms TTFT, "
+            f"{spec['runs']} run(s) per peer",
+            "",
+            table(rows, (*COLUMNS, *extra)),
+        ]
+    if settings.get("notes"):
+        out += ["", "## Notes", ""] + [f"- {note}" for note in settings["notes"]]
+    return "\n".join(out) + "\n"
+
+
+def timeline(path: Path, runs: Mapping[str, tuple[list[int], int]], sends: tuple[list[int], int]) -> None:
+    """Each peer's delta arrivals over one tinyllama-like run (ms after its request started)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = ["endpoint (sent)", *runs]
+    series = [sends, *runs.values()]
+    fig, ax = plt.subplots(figsize=(11, 0.55 * len(names) + 1.4), dpi=120)
+    for row, (times, start) in enumerate(series):
+        xs = [(t - start) / 1e6 for t in times]
+        ax.eventplot([xs], lineoffsets=[row], linelengths=0.7, linewidths=0.8, colors=["#444" if row == 0 else "C0"])
+    ax.set_yticks(range(len(names)), names)
+    ax.invert_yaxis()
+    ax.set_xlabel("ms since the request started (each tick: one content delta)")
+    ax.set_title("tinyllama-like: 80 tokens, 150 ms to first token, 8 ms apart")
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def write(out_dir: Path, doc: Mapping[str, Any]) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "latest.json").write_text(json.dumps(doc, indent=2) + "\n")
+    (out_dir / "latest.md").write_text(markdown(doc))

@@ -1,0 +1,309 @@
+"""``make bench`` / ``python -m bench [--quick]``: every peer, every workload, one run, one report.
+
+One simulated endpoint (in this process) serves every peer, with the workload's token schedule set before
+each peer's turn. ``sagestream`` and ``buffered`` each get a ``LocalStack``-style chain with one runtime
+process (concurrency 1, as one Lambda execution environment); the reader peers run in processes of their
+own (:mod:`bench.peers`). Results go to ``bench/results/`` (``--out`` elsewhere).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench import report
+from bench.peers import PEERS, reset_peak_rss, status_kb
+from sagestream_local import runtime_api
+from sagestream_local.endpoint import Scenario
+from sagestream_local.runtime_api import Pool
+from sagestream_local.stack import LocalStack
+
+ROOT = Path(__file__).resolve().parent.parent
+PYTHONPATH = os.pathsep.join([str(ROOT), str(ROOT / "src")])
+BOTO3_CLIENT = "import boto3; boto3.client('sagemaker-runtime', region_name='us-east-1')"
+
+
+def workloads(quick: bool) -> dict[str, dict[str, Any]]:
+    """The token schedules; QUICK (under a minute) runs fewer requests, tokens and, on two workloads, peers."""
+    every = list(PEERS)
+    return {
+        "tinyllama-like": {"tokens": 80, "cadence_ms": 8, "ttft_ms": 150, "runs": 2 if quick else 8, "peers": every},
+        "mpt7b-like": {
+            "tokens": 25,
+            "cadence_ms": 33,
+            "ttft_ms": 550,
+            "runs": 1 if quick else 4,
+            "peers": ["sagestream", "buffered", "httpx-chunk-1024"] if quick else every,
+        },
+        "throughput": {"tokens": 5_000 if quick else 100_000, "cadence_ms": 0, "ttft_ms": 0, "runs": 1, "peers": every},
+        "long": {
+            "tokens": 20_000 if quick else 1_000_000,
+            "cadence_ms": 0,
+            "ttft_ms": 0,
+            "runs": 1,
+            "peers": ["sagestream", "line-iterator"] if quick else every,
+        },
+    }
+
+
+# --------------------------------------------------------------------------------- the runtime process
+
+
+def cpu_ns(pid: int) -> int:
+    """Time the process has spent on a CPU, all threads (``/proc/PID/schedstat``: ns, not clock ticks)."""
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+            total += int(f.read().split()[0])
+    return total
+
+
+class InitClock:
+    """Runtime process start (its ``Popen``) and its first ``/next`` poll, per execution environment."""
+
+    def __init__(self) -> None:
+        self.spawned: dict[int, float] = {}
+        self.first_next: dict[int, float] = {}
+        env_class = runtime_api.ExecutionEnvironment
+        spawn, next_invocation = env_class._spawn, env_class.next_invocation
+        clock = self
+
+        def timed_spawn(env: runtime_api.ExecutionEnvironment) -> None:
+            clock.spawned[id(env)] = time.monotonic()
+            spawn(env)
+
+        def timed_next(env: runtime_api.ExecutionEnvironment) -> runtime_api.Invocation | None:
+            clock.first_next.setdefault(id(env), time.monotonic())
+            return next_invocation(env)
+
+        env_class._spawn = timed_spawn  # type: ignore[method-assign]
+        env_class.next_invocation = timed_next  # type: ignore[method-assign]
+
+    def wait(self, env: runtime_api.ExecutionEnvironment, timeout_s: float = 30.0) -> float:
+        deadline = time.monotonic() + timeout_s
+        while id(env) not in self.first_next:
+            if time.monotonic() > deadline:
+                raise TimeoutError("the runtime process never polled /next")
+            time.sleep(0.002)
+        return (self.first_next[id(env)] - self.spawned[id(env)]) * 1000
+
+
+def cold_init(clock: InitClock, env: dict[str, str], samples: int) -> dict[str, Any]:
+    """Runtime start to first /next, against a bare ``boto3.client`` process, alternated, medians."""
+    runtime_ms, boto3_ms = [], []
+    for _ in range(samples):
+        with Pool(size=1, env=env) as pool:
+            runtime_ms.append(clock.wait(pool.environments[0]))
+        started = time.monotonic()
+        subprocess.run([sys.executable, "-c", BOTO3_CLIENT], check=True, timeout=60, env={**os.environ, **env})
+        boto3_ms.append((time.monotonic() - started) * 1000)
+    runtime, baseline = statistics.median(runtime_ms), statistics.median(boto3_ms)
+    return {
+        "runtime_init_ms": round(runtime, 1),
+        "boto3_client_ms": round(baseline, 1),
+        "cold_init_ratio": round(runtime / baseline, 3),
+        "samples": samples,
+        "runtime_init_ms_all": [round(x, 1) for x in runtime_ms],
+        "boto3_client_ms_all": [round(x, 1) for x in boto3_ms],
+    }
+
+
+# ------------------------------------------------------------------------------------------------ a turn
+
+
+def run_peer(
+    peer: str,
+    target: str,
+    runs: int,
+    keep_times: bool,
+    env: dict[str, str],
+    runtime_pid: int | None,
+    timeout_s: float,
+) -> tuple[dict[str, Any], int | None]:
+    """One peer process, ``runs`` measured requests; with a runtime process, its CPU and memory too."""
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as tmp:
+        out = Path(tmp.name)
+    command = [sys.executable, "-m", "bench.peers", peer, "--target", target, "--runs", str(runs), "--out", str(out)]
+    if not keep_times:
+        command.append("--no-times")
+    before = rss_before = None
+    if runtime_pid is not None:
+        reset_peak_rss(runtime_pid)
+        rss_before, before = status_kb("VmRSS", runtime_pid), cpu_ns(runtime_pid)
+    try:
+        subprocess.run(command, check=True, timeout=timeout_s, env={**os.environ, **env, "PYTHONPATH": PYTHONPATH})
+        result: dict[str, Any] = json.loads(out.read_text())
+    finally:
+        out.unlink(missing_ok=True)
+    relay_cpu = None
+    if runtime_pid is not None and before is not None:
+        relay_cpu = cpu_ns(runtime_pid) - before
+        result["client_cpu_ns"], result["cpu_ns"] = result["cpu_ns"], relay_cpu
+        result["client_peak_rss_kb"] = result["peak_rss_kb"]
+        result["peak_rss_kb"], result["rss_before_kb"] = status_kb("VmHWM", runtime_pid), rss_before
+        result["rss_after_kb"] = status_kb("VmRSS", runtime_pid)
+    return result, relay_cpu
+
+
+def warm(url: str) -> None:
+    """One short request, so that the runtime process is warm (as a Lambda environment after its first call)."""
+    from sagestream_local.measure import chat_body, stream_chat
+
+    run = stream_chat(url, chat_body("warm up", 2, None), timeout_s=30)
+    if run.status != 200 or not run.deltas:
+        raise RuntimeError(f"warm-up failed: HTTP {run.status} {run.error}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer runs and tokens (under a minute)")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    parser.add_argument("--peers", default=",".join(PEERS), help="comma-separated subset")
+    parser.add_argument("--workloads", default=None, help="comma-separated subset")
+    args = parser.parse_args(argv)
+    began = time.monotonic()
+    specs = workloads(args.quick)
+    if args.workloads:
+        specs = {k: v for k, v in specs.items() if k in args.workloads.split(",")}
+    peers = [p for p in PEERS if p in args.peers.split(",")]
+    machine = {
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "cpu": _cpu_model(),
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "loadavg_before": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+        "versions": _versions(),
+    }
+    clock = InitClock()
+    base = Scenario(dialect="openai", non_ascii=0.1)
+    stacks: dict[str, LocalStack] = {}
+    docs: dict[str, dict[str, Any]] = {w: {} for w in specs}
+    timelines: dict[str, tuple[list[int], int]] = {}
+    sends: tuple[list[int], int] | None = None
+    try:
+        stacks["sagestream"] = LocalStack(port=0, concurrency=1, env={"PYTHONPATH": PYTHONPATH}, scenario=base).start()
+        sim = stacks["sagestream"].endpoint
+        assert sim is not None
+        # the buffered chain calls the same simulated endpoint, with the same credentials
+        shared = {k: v for k, v in stacks["sagestream"].env.items() if k != "SERVE_UI"}
+        stacks["buffered"] = LocalStack(port=0, concurrency=1, env={**shared, "_HANDLER": "bench.buffered.handler"})
+        stacks["buffered"].start()
+        for stack in stacks.values():
+            assert stack.pool is not None
+            clock.wait(stack.pool.environments[0])
+            warm(stack.url)
+        cold = cold_init(clock, shared, 1 if args.quick else 5)
+        print(f"cold init: {cold['runtime_init_ms']} ms vs boto3.client {cold['boto3_client_ms']} ms", flush=True)
+        for workload, spec in specs.items():
+            keep_times = workload != "long"
+            for peer in [p for p in peers if p in spec["peers"]]:
+                framing = "close" if peer == "boto3-close-delimited" else "chunked"
+                sim.set_scenario(
+                    tokens=spec["tokens"], cadence_ms=spec["cadence_ms"], ttft_ms=spec["ttft_ms"], framing=framing
+                )
+                sim.clear_records()
+                stack = stacks.get(peer)
+                target = stack.url if stack is not None else sim.url
+                pid = _runtime_pid(stack) if stack is not None else None
+                timeout = 60 + spec["tokens"] / 1000 + spec["runs"] * 5
+                result, _ = run_peer(peer, target, spec["runs"], keep_times, shared, pid, timeout)
+                records = sim.records
+                docs[workload][peer] = report.metrics(result, records)
+                if workload == "tinyllama-like" and result["runs"]:
+                    first = result["runs"][0]
+                    timelines[peer] = (first["arrivals_ns"], first["started_ns"])
+                    if sends is None:
+                        record = records[-len(result["runs"])]
+                        sends = ([t.monotonic_ns for t in record.tokens], first["started_ns"])
+                m = docs[workload][peer]
+                print(
+                    f"{workload:15} {peer:22} ttft {m['ttft_ms_median']} ms  bursts {m['burst_gaps']}/{m['deltas']}"
+                    f"  added p50 {m['added_ms_p50']} p99 {m['added_ms_p99']}  cpu {m['cpu_us_per_delta']} us"
+                    f"  rss {m['peak_rss_mb']} MB",
+                    flush=True,
+                )
+                sim.clear_records()
+            sim.reset_scenario()
+    finally:
+        for stack in stacks.values():
+            stack.stop()
+    notes = [
+        "`buffered` is sagestream's own handler run against a stream that keeps every write and sends them as "
+        "one at the end (bench/buffered.py), through the same local chain: the tutorial shape, same code.",
+        "Reader peers (`httpx-*`, `boto3-close-delimited`, `line-iterator`) are timed where they hand a delta on, "
+        "without the Runtime API and Function URL hops sagestream pays for; their RSS includes their own "
+        "interpreter and imports, as the runtime process's does.",
+        "`boto3-close-delimited` is served by the simulated endpoint without chunked framing (Connection: close).",
+        "The local Runtime API, Function URL and simulated endpoint share this process and its GIL; on Lambda "
+        "the first two are AWS's. `ttft_over_endpoint_ms` is the client's TTFT minus the endpoint's own "
+        "(request received to first token sent): the request path through every hop plus the response path.",
+        "`long` keeps only first and last arrival per run (memory): no burst or added-latency figures there.",
+    ]
+    if args.quick:
+        notes.append(
+            "QUICK: fewer runs, 5,000 deltas on throughput and 20,000 tokens on long (full: 100k / 1M), fewer "
+            "peers on mpt7b-like and long, one cold-init sample."
+        )
+    doc: dict[str, Any] = {
+        "peers": {peer: dict(docs["tinyllama-like"].get(peer, {})) for peer in peers}
+        if "tinyllama-like" in docs
+        else {},
+        "workloads": docs,
+        "machine": machine,
+        "cold": cold,
+        "settings": {"quick": args.quick, "workloads": specs, "notes": notes},
+        "elapsed_s": round(time.monotonic() - began, 1),
+    }
+    if "sagestream" in doc["peers"]:
+        headline = doc["peers"]["sagestream"]
+        headline["cold_init_ratio"] = cold["cold_init_ratio"]
+        headline["deltas_per_s"] = docs.get("throughput", {}).get("sagestream", {}).get("deltas_per_s")
+        headline["rss_growth_mb"] = docs.get("long", {}).get("sagestream", {}).get("rss_growth_mb")
+    doc["targets"] = {name: {"measured": value, "met": met} for name, value, met in report.target_rows(doc)}
+    report.write(args.out, doc)
+    if timelines and sends is not None:
+        report.timeline(args.out / "timeline.png", timelines, sends)
+    print(report.markdown(doc))
+    return 0
+
+
+def _runtime_pid(stack: LocalStack) -> int:
+    assert stack.pool is not None
+    process = stack.pool.environments[0].process
+    assert process is not None
+    return process.pid
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _versions() -> dict[str, str]:
+    from importlib.metadata import version
+
+    names: list[str] = ["boto3", "botocore", "urllib3", "httpx"]
+    get: Callable[[str], str] = version
+    return {name: get(name) for name in names}
+
+
+if __name__ == "__main__":
+    sys.exit(main())
