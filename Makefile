@@ -15,7 +15,7 @@ ENV ?= dev
 # The SAM CLI reports usage to AWS unless told not to; builds and tests here talk to nobody.
 export SAM_CLI_TELEMETRY ?= 0
 
-.PHONY: help install run test lint invoke invoke-sam build deploy
+.PHONY: help install run test lint invoke invoke-sam build deploy bench measure
 
 help:
 	@echo "make run       serve the function locally on the simulated endpoint (PORT=$(PORT))"
@@ -25,6 +25,8 @@ help:
 	@echo "make invoke-sam  the same event through sam local invoke (needs Docker)"
 	@echo "make build     sam build: the Lambda artifact in .aws-sam/build, no Docker needed"
 	@echo "make deploy    sam build and sam deploy --config-env $(ENV) (ENV=dev|prod, see samconfig.toml)"
+	@echo "make bench     side-by-side benchmark into bench/results (QUICK=1: under a minute)"
+	@echo "make measure   TTFT, bursts and cadence of a URL (URL=... RUNS=3 SIGV4=1 API_KEY=...)"
 
 install: $(VENV)/.installed
 
@@ -56,6 +58,14 @@ lint: install $(SAM_VENV)/.installed
 
 invoke: install
 	$(PY) -m sagestream_local.invoke $(EVENT)
+
+bench: install
+	$(PY) -m bench $(if $(QUICK),--quick)
+
+RUNS ?= 3
+measure: install
+	@test -n "$(URL)" || { echo "make measure URL=https://....lambda-url.REGION.on.aws/ [RUNS=3] [SIGV4=1] [API_KEY=...]" >&2; exit 1; }
+	$(PY) -m sagestream_local.measure "$(URL)" --runs $(RUNS) $(if $(SIGV4),--sigv4) $(if $(API_KEY),--api-key "$(API_KEY)") $(if $(JSON),--json)
 
 # sam local invoke runs the artifact in a Lambda container image; without a Docker engine it cannot.
 invoke-sam: $(SAM_VENV)/.installed
