@@ -352,7 +352,7 @@ def test_http_error_before_the_stream_shows_the_json_message(chat: Chat, server:
     error = chat.error()
     assert error.startswith("HTTP 502")
     assert "The model container returned an error" in error and "simulated container failure" in error
-    assert chat.page.locator(".turn.assistant").count() == 0
+    assert chat.page.locator(".turn").count() == 0, "a question that got no answer stays in the transcript"
     assert chat.page.input_value("#prompt") == "Fail at once", "the failed prompt is given back to edit"
 
 
