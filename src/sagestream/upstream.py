@@ -39,6 +39,9 @@ from sagestream.errors import APIError
 logger = logging.getLogger(__name__)
 
 _READ_SIZE = 64 * 1024
+# After the last PayloadPart the end of the body (a chunked terminator) is already here or a moment away.
+_END_READ_BYTES = 1024
+_END_WAIT_S = 0.005
 _GENERIC_500 = "The server could not call the model endpoint. The operator can find the reason in the function's log."
 
 
@@ -185,11 +188,38 @@ class PayloadParts:
             self._raw.shutdown()
 
     def close(self) -> None:
-        self._closed.set()
+        if not self._closed.is_set():
+            self._closed.set()
+            self._read_to_end()
         try:
             self._event_stream.close()
         except Exception:
             logger.debug("closing the upstream stream failed", exc_info=True)
+
+    def _read_to_end(self) -> None:
+        """Read the end of a body that has ended, so urllib3 puts the connection back in its pool.
+
+        A relay stops at the model's last event, a few bytes before the HTTP body ends; closing then
+        drops the connection and the next invocation pays a new TCP and TLS handshake before its first
+        token. Only what is already there (or within a few ms) is read: a live stream is closed as before.
+        """
+        sock = getattr(getattr(self._raw, "connection", None), "sock", None)
+        if sock is None:
+            return
+        timeout = sock.gettimeout()
+        try:
+            sock.settimeout(_END_WAIT_S)
+            left = _END_READ_BYTES
+            while left > 0:
+                data = self._raw.read1(left)
+                if not data:
+                    return  # the body ended: urllib3 has released the connection to its pool
+                left -= len(data)
+        except Exception:
+            logger.debug("the upstream body did not end at once; closing its connection", exc_info=True)
+        finally:
+            with contextlib.suppress(OSError):
+                sock.settimeout(timeout)
 
     def __enter__(self) -> PayloadParts:
         return self
