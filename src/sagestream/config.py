@@ -5,7 +5,10 @@ Environment variables read (the README's table lists each with its default):
 ``SAGEMAKER_ENDPOINT_NAME`` (required), ``UPSTREAM_FORMAT`` (``openai`` | ``tgi`` | ``lmi``), ``MODEL_ID``,
 ``INFERENCE_COMPONENT_NAME``, ``TARGET_VARIANT``, ``MAX_TOKENS_LIMIT``, ``MAX_REQUEST_BYTES``,
 ``PROMPT_TEMPLATE``, ``SSE_PAD_BYTES``, ``DEADLINE_MARGIN_MS``, ``UPSTREAM_CONNECT_TIMEOUT_S``,
-``UPSTREAM_READ_TIMEOUT_S``, ``UPSTREAM_MAX_ATTEMPTS``, ``SERVE_UI``.
+``UPSTREAM_READ_TIMEOUT_S``, ``UPSTREAM_MAX_ATTEMPTS``, ``SERVE_UI``; for access control and telemetry
+``AUTH_MODE`` (``iam`` | ``api_key`` | ``none``), ``API_KEYS_PARAMETER``, ``API_KEYS`` (local runs),
+``API_KEYS_MAX_AGE_S``, ``LOG_PAYLOADS``, ``POWERTOOLS_TRACE_DISABLED`` (tracing is on only when it is
+set to ``false``: off unless enabled, unlike Powertools' own default).
 
 boto3's own ``AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME`` is deliberately not read here: the SDK applies it.
 
@@ -27,6 +30,7 @@ from sagestream.dialects import DIALECTS, Dialect
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
+AUTH_MODES = ("iam", "api_key", "none")
 
 
 class ConfigError(ValueError):
@@ -49,6 +53,12 @@ class Config:
     read_timeout_s: float = 60.0
     max_attempts: int = 3
     serve_ui: bool = False
+    auth_mode: str = "iam"
+    api_keys_parameter: str | None = None
+    api_keys: tuple[str, ...] = ()
+    api_keys_max_age_s: int = 300
+    log_payloads: bool = False
+    tracing: bool = False
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Config:
@@ -98,6 +108,16 @@ class Config:
             raise ConfigError(
                 "SSE_PAD_BYTES must be 0 or at least 5 (an SSE comment needs ': ', padding and a blank line)"
             )
+        auth_mode = (text("AUTH_MODE") or "iam").lower()
+        if auth_mode not in AUTH_MODES:
+            raise ConfigError(f"AUTH_MODE={auth_mode!r}; expected one of {', '.join(AUTH_MODES)}")
+        keys_parameter = text("API_KEYS_PARAMETER")
+        local_keys = tuple(k.strip() for k in env.get("API_KEYS", "").split(",") if k.strip())
+        if auth_mode == "api_key" and keys_parameter is None and not local_keys:
+            raise ConfigError(
+                "AUTH_MODE=api_key needs API_KEYS_PARAMETER (an SSM SecureString or a Secrets Manager secret "
+                "holding the keys), or API_KEYS for a local run"
+            )
         return cls(
             endpoint_name=endpoint,
             upstream_format=fmt,
@@ -113,4 +133,10 @@ class Config:
             read_timeout_s=float(number("UPSTREAM_READ_TIMEOUT_S", 60.0, whole=False) or 60.0),
             max_attempts=int(number("UPSTREAM_MAX_ATTEMPTS", 3, minimum=1) or 3),
             serve_ui=flag("SERVE_UI", False),
+            auth_mode=auth_mode,
+            api_keys_parameter=keys_parameter,
+            api_keys=local_keys,
+            api_keys_max_age_s=int(number("API_KEYS_MAX_AGE_S", 300) or 0),
+            log_payloads=flag("LOG_PAYLOADS", False),
+            tracing=not flag("POWERTOOLS_TRACE_DISABLED", True),
         )
