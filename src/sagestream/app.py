@@ -21,7 +21,6 @@ from __future__ import annotations
 import html
 import json
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -30,6 +29,7 @@ from importlib import resources
 from typing import Any
 
 from sagestream import dialects, upstream
+from sagestream.auth import Authenticator, requires_key
 from sagestream.config import Config
 from sagestream.dialects import Delta
 from sagestream.errors import APIError
@@ -38,6 +38,7 @@ from sagestream.lines import LineSplitter, decode_line, sse_data
 from sagestream.runtime import ClientDisconnected, LambdaContext, ResponseStream
 from sagestream.schema import ChatCompletionRequest, CompletionRequest, parse_chat, parse_completion
 from sagestream.sse import ChunkEncoder, Kind, completion_json
+from sagestream.telemetry import Telemetry
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +88,8 @@ class StreamRecord:
     error_code: str | None = None
     client_disconnected: bool = False
     deadline_stop: bool = False
+    upstream_started: float | None = None
+    completion: list[str] | None = None  # the answer's text, kept only when LOG_PAYLOADS=true
 
     def wrote_delta(self, now: float) -> None:
         if self.first_delta is None:
@@ -97,9 +100,13 @@ class StreamRecord:
 class Relay:
     """The routes, bound to one configuration and one upstream client (both made once, at init)."""
 
-    def __init__(self, config: Config, client: Any) -> None:
+    def __init__(
+        self, config: Config, client: Any, telemetry: Telemetry | None = None, auth: Authenticator | None = None
+    ) -> None:
         self.config = config
         self.client = client
+        self.telemetry = telemetry or Telemetry(config)
+        self.auth = auth or Authenticator(config)
         self._routes: dict[str, dict[str, Callable[[Request, ResponseStream, LambdaContext, StreamRecord], None]]] = {
             "/v1/chat/completions": {"POST": self._chat},
             "/v1/completions": {"POST": self._completion},
@@ -112,19 +119,43 @@ class Relay:
             self._routes["/index.html"] = {"GET": self._page}
 
     def __call__(self, event: dict[str, Any], stream: ResponseStream, context: LambdaContext) -> None:
-        record = StreamRecord()
+        record = StreamRecord(completion=[] if self.config.log_payloads else None)
         request = Request.from_event(event)
+        with self.telemetry.bind(event, context):
+            try:
+                self.handle(request, stream, context, record)
+            except APIError as err:
+                record.status, record.error_type, record.error_code = err.status, err.type, err.code
+                if stream.started:  # pragma: no cover - every streaming path writes its own error event
+                    raise
+                self._error(stream, err)
+            except ClientDisconnected:
+                record.client_disconnected = True
+            except Exception:
+                # Still one error shape, and the stream ends before the metrics are written.
+                logger.exception("the request failed")
+                self._fail(stream, record)
+            finally:
+                if stream.started:
+                    stream.close()  # the client has the whole answer before anything below runs
+                self.telemetry.finish(
+                    record, event, context, method=request.method, path=request.path, body=request.body
+                )
+
+    def _fail(self, stream: ResponseStream, record: StreamRecord) -> None:
+        err = APIError.internal()
+        record.status, record.error_type, record.error_code = err.status, err.type, err.code
         try:
-            self.handle(request, stream, context, record)
-        except APIError as err:
-            record.status, record.error_type, record.error_code = err.status, err.type, err.code
-            if stream.started:  # pragma: no cover - every streaming path writes its own error event
-                raise
-            self._error(stream, err)
+            if stream.started:
+                stream.write(b"data: " + err.json_bytes() + b"\n\n")
+            else:
+                self._error(stream, err)
         except ClientDisconnected:
             record.client_disconnected = True
 
     def handle(self, request: Request, stream: ResponseStream, context: LambdaContext, record: StreamRecord) -> None:
+        if requires_key(request.path):
+            self.auth.check(request.headers)
         methods = self._routes.get(request.path.rstrip("/") or "/")
         if methods is None:
             if request.path.startswith("/v1/models/"):
@@ -168,7 +199,7 @@ class Relay:
             .joinpath("static/index.html")
             .read_text("utf-8")
             .replace("__SAGESTREAM_MODEL__", html.escape(self.config.model_id))
-            .replace("__SAGESTREAM_AUTH_MODE__", html.escape(os.environ.get("AUTH_MODE", "iam")))
+            .replace("__SAGESTREAM_AUTH_MODE__", html.escape(self.config.auth_mode))
             .encode()
         )
         stream.start(
@@ -239,18 +270,21 @@ class Relay:
             max_tokens_default=cfg.max_tokens_limit,
         )
         payload = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
-        if not req.stream:
-            answer = dialects.decode_body(cfg.upstream_format, upstream.invoke(self.client, cfg, payload))
-            record.finish_reason = answer.finish_reason or "stop"
-            if answer.usage is not None:
-                record.output_tokens = answer.usage.completion_tokens
-            stream.start(200, JSON_HEADERS)
-            stream.write(completion_json(answer, model=cfg.model_id, kind=kind))
-            return
-        encoder = ChunkEncoder(
-            model=cfg.model_id, kind=kind, include_usage=req.include_usage, pad_bytes=cfg.sse_pad_bytes
-        )
-        self._relay(payload, encoder, stream, context, record)
+        with self.telemetry.upstream(record):  # the trace subsegment ends with the stream
+            if not req.stream:
+                answer = dialects.decode_body(cfg.upstream_format, upstream.invoke(self.client, cfg, payload))
+                record.finish_reason = answer.finish_reason or "stop"
+                if answer.usage is not None:
+                    record.output_tokens = answer.usage.completion_tokens
+                if record.completion is not None:
+                    record.completion.append(answer.content)
+                stream.start(200, JSON_HEADERS)
+                stream.write(completion_json(answer, model=cfg.model_id, kind=kind))
+                return
+            encoder = ChunkEncoder(
+                model=cfg.model_id, kind=kind, include_usage=req.include_usage, pad_bytes=cfg.sse_pad_bytes
+            )
+            self._relay(payload, encoder, stream, context, record)
 
     def _relay(
         self,
@@ -289,6 +323,8 @@ class Relay:
                 record.wrote_delta(time.monotonic())
                 if delta.content:
                     record.output_tokens += 1
+                    if record.completion is not None:
+                        record.completion.append(delta.content)
 
         try:
             for part in parts:
