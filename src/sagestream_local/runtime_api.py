@@ -34,7 +34,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Protocol
+from typing import IO, Any, Protocol
 
 from sagestream.function_url import Prelude, PreludeDecoder, PreludeError
 
@@ -304,7 +304,7 @@ class ExecutionEnvironment:
     def _spawn(self) -> None:
         env = {**os.environ, **self.pool.env, "AWS_LAMBDA_RUNTIME_API": self.address}
         env.setdefault("AWS_LAMBDA_LOG_STREAM_NAME", f"local/{self.number}/{uuid.uuid4().hex[:8]}")
-        process = subprocess.Popen(self.pool.command, env=env, stdin=subprocess.DEVNULL)
+        process = subprocess.Popen(self.pool.command, env=env, stdin=subprocess.DEVNULL, stdout=self.pool.stdout)
         with self._lock:
             self.process = process
         threading.Thread(target=self._watch, args=(process,), name=f"runtime-watch-{self.number}", daemon=True).start()
@@ -383,8 +383,10 @@ class Pool:
         command: list[str] | None = None,
         function_name: str = "sagestream-local",
         region: str = "us-east-1",
+        stdout: int | IO[Any] | None = None,
     ) -> None:
         self.size = size
+        self.stdout = stdout  # where the runtime processes' stdout goes (their logs, EMF); None: inherited
         self.timeout_s = timeout_s
         self.function_name = function_name
         self.region = region

@@ -21,7 +21,9 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from types import TracebackType
+from typing import IO, Any
 
+from sagestream_local.cors import Cors
 from sagestream_local.endpoint import Scenario, SimulatedEndpoint
 from sagestream_local.function_url import FunctionURL
 from sagestream_local.runtime_api import Pool
@@ -52,8 +54,13 @@ class LocalStack:
         upstream: str | None = None,
         command: list[str] | None = None,
         verbose: bool = False,
+        stdout: int | IO[Any] | None = None,
     ) -> None:
         merged = {**os.environ, **(env or {})}
+        # The Function URL's CORS answers, from the setting the template gives the deployed one.
+        self.cors = Cors.from_setting(merged.get("ALLOWED_ORIGINS"))
+        if merged.get("API_KEYS") and not merged.get("AUTH_MODE"):
+            self.env["AUTH_MODE"] = "api_key"  # `make run API_KEYS=k1,k2`: local keys mean the keys are checked
         self.env: dict[str, str] = {"SERVE_UI": "true", **dict(env or {})}
         self.endpoint: SimulatedEndpoint | None = None
         upstream = (upstream or merged.get("UPSTREAM") or "").lower()
@@ -69,7 +76,7 @@ class LocalStack:
                 self.env.setdefault(name, value)
             self.upstream = "simulated"
         # `command` runs the runtime some other way: from a built artifact through its exec wrapper, say.
-        self._pool_args = {"size": concurrency, "timeout_s": timeout_s, "command": command}
+        self._pool_args = {"size": concurrency, "timeout_s": timeout_s, "command": command, "stdout": stdout}
         self.pool: Pool | None = None
         self._port = port
         self._verbose = verbose
@@ -87,7 +94,13 @@ class LocalStack:
             self.env["NO_PROXY"] = ",".join(filter(None, [os.environ.get("NO_PROXY"), "127.0.0.1", "localhost"]))
             self.upstream = f"simulated endpoint at {self.endpoint.url}"
         try:
-            self.front = FunctionURL(Pool(env=self.env, **self._pool_args), port=self._port, verbose=self._verbose)  # type: ignore[arg-type]
+            self.front = FunctionURL(
+                Pool(env=self.env, **self._pool_args),  # type: ignore[arg-type]
+                port=self._port,
+                interceptor=self.cors.preflight,
+                response_headers=self.cors.headers,
+                verbose=self._verbose,
+            )
         except OSError:
             self.stop()
             raise

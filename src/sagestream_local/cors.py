@@ -1,0 +1,89 @@
+"""The CORS answers of a Function URL, for local runs, from the same ``ALLOWED_ORIGINS`` the template passes on.
+
+On AWS the Function URL answers preflights itself and adds the CORS headers to every response; the
+function never sees either. Locally :class:`Cors` does the same through the front's two hooks: ``preflight``
+answers an ``OPTIONS`` that carries ``Origin`` and ``Access-Control-Request-Method`` before the function,
+``headers`` adds ``Access-Control-Allow-Origin`` to a response whose request came from an allowed origin.
+Methods, headers and max age are those of ``template.yaml``'s ``FunctionUrlConfig.Cors``.
+
+Environment variables read (by :class:`~sagestream_local.stack.LocalStack`): ``ALLOWED_ORIGINS``,
+comma-separated origins or ``*`` (the default, as in the template).
+
+Example::
+
+    >>> cors = Cors.from_setting("https://chat.example.com")
+    >>> cors.headers({"origin": "https://chat.example.com"})["Access-Control-Allow-Origin"]
+    'https://chat.example.com'
+    >>> cors.headers({"origin": "https://elsewhere.example"})
+    {}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+# As template.yaml's FunctionUrlConfig.Cors.
+ALLOW_METHODS = ("GET", "POST")
+ALLOW_HEADERS = (
+    "authorization",
+    "content-type",
+    "x-api-key",
+    "x-amz-date",
+    "x-amz-security-token",
+    "x-amz-content-sha256",
+)
+MAX_AGE_S = 86400
+
+
+def _lower(headers: Mapping[str, str]) -> dict[str, str]:
+    return {k.lower(): v for k, v in headers.items()}
+
+
+@dataclass(frozen=True)
+class Cors:
+    origins: tuple[str, ...]  # "*" alone: any origin
+
+    @classmethod
+    def from_setting(cls, value: str | None) -> Cors:
+        origins = tuple(o.strip().rstrip("/") for o in (value if value is not None else "*").split(",") if o.strip())
+        return cls(origins)
+
+    def allow_origin(self, origin: str | None) -> str | None:
+        """The ``Access-Control-Allow-Origin`` value for a request from ``origin``, or None."""
+        if not origin:
+            return None
+        if "*" in self.origins:
+            return "*"
+        return origin if origin.rstrip("/") in self.origins else None
+
+    def headers(self, request_headers: Mapping[str, str]) -> dict[str, str]:
+        """What a streamed response gets on top of the function's own headers."""
+        allowed = self.allow_origin(_lower(request_headers).get("origin"))
+        if allowed is None:
+            return {}
+        return {"Access-Control-Allow-Origin": allowed, "Vary": "Origin"}
+
+    def preflight(
+        self, method: str, path: str, request_headers: Mapping[str, str]
+    ) -> tuple[int, dict[str, str], bytes] | None:
+        """The answer to a preflight (before the function runs); None for every other request."""
+        headers = _lower(request_headers)
+        if method != "OPTIONS" or "origin" not in headers or "access-control-request-method" not in headers:
+            return None
+        allowed = self.allow_origin(headers["origin"])
+        if allowed is None:
+            return 200, {"Vary": "Origin"}, b""  # no CORS headers: the browser refuses the call
+        wanted = [h.strip().lower() for h in headers.get("access-control-request-headers", "").split(",") if h.strip()]
+        return (
+            200,
+            {
+                "Access-Control-Allow-Origin": allowed,
+                "Access-Control-Allow-Methods": ", ".join(ALLOW_METHODS),
+                "Access-Control-Allow-Headers": ", ".join(h for h in wanted if h in ALLOW_HEADERS)
+                or ", ".join(ALLOW_HEADERS),
+                "Access-Control-Max-Age": str(MAX_AGE_S),
+                "Vary": "Origin",
+            },
+            b"",
+        )
