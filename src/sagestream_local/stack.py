@@ -59,9 +59,9 @@ class LocalStack:
         merged = {**os.environ, **(env or {})}
         # The Function URL's CORS answers, from the setting the template gives the deployed one.
         self.cors = Cors.from_setting(merged.get("ALLOWED_ORIGINS"))
+        self.env: dict[str, str] = {"SERVE_UI": "true", **dict(env or {})}
         if merged.get("API_KEYS") and not merged.get("AUTH_MODE"):
             self.env["AUTH_MODE"] = "api_key"  # `make run API_KEYS=k1,k2`: local keys mean the keys are checked
-        self.env: dict[str, str] = {"SERVE_UI": "true", **dict(env or {})}
         self.endpoint: SimulatedEndpoint | None = None
         upstream = (upstream or merged.get("UPSTREAM") or "").lower()
         if upstream != "simulated" and merged.get("AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME"):
