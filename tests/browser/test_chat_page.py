@@ -401,8 +401,7 @@ def test_api_key_mode_shows_the_key_field_and_sends_it_as_a_bearer_token(key_cha
 
 
 def test_a_wrong_api_key_shows_the_401_message(key_chat: Chat, key_server: Server) -> None:
-    if not auth_enforced(key_server):
-        pytest.xfail("the relay does not check API keys yet (issue 5)")
+    assert auth_enforced(key_server), "the relay must refuse a request without a key in api_key mode"
     key_chat.page.fill("#api-key", "not-a-key")
     key_chat.send("Hello")
     assert key_chat.wait_final() == "error"
