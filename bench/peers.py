@@ -135,7 +135,7 @@ def httpx_reader(chunk_size: int | None) -> Callable[[str, int | None, Arrivals]
     import botocore.eventstream
     import httpx
 
-    client = httpx.Client(timeout=120.0, trust_env=False)
+    client = httpx.Client(timeout=600.0, trust_env=False)
 
     def read(target: str, max_tokens: int | None, out: Arrivals) -> None:
         url = f"{target}/endpoints/{ENDPOINT_NAME}/invocations-response-stream"
@@ -235,7 +235,7 @@ def function_url_reader() -> Callable[[str, int | None, Arrivals], None]:
             f"POST /v1/chat/completions HTTP/1.1\r\nHost: {parts.netloc}\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(body)}\r\n\r\n"
         ).encode()
-        with socket.create_connection((parts.hostname, parts.port or 80), timeout=120.0) as sock:
+        with socket.create_connection((parts.hostname, parts.port or 80), timeout=600.0) as sock:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             sock.sendall(head + body)
             reader = StreamReader()
