@@ -38,7 +38,7 @@ from sagestream.lines import LineSplitter, decode_line, sse_data
 from sagestream.runtime import ClientDisconnected, LambdaContext, ResponseStream
 from sagestream.schema import ChatCompletionRequest, CompletionRequest, parse_chat, parse_completion
 from sagestream.sse import ChunkEncoder, Kind, completion_json
-from sagestream.telemetry import Telemetry
+from sagestream.telemetry import Cadence, Telemetry
 
 logger = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ class StreamRecord:
     stream: bool = False
     upstream_first_byte: float | None = None
     first_delta: float | None = None
-    delta_times: list[float] = field(default_factory=list)
+    cadence: Cadence = field(default_factory=Cadence)  # bounded: a stream's length must not grow memory
     output_tokens: int = 0
     finish_reason: str | None = None
     error_type: str | None = None
@@ -94,7 +94,7 @@ class StreamRecord:
     def wrote_delta(self, now: float) -> None:
         if self.first_delta is None:
             self.first_delta = now
-        self.delta_times.append(now)
+        self.cadence.add(now)
 
 
 class Relay:
