@@ -53,7 +53,8 @@ def make_client(config: Config) -> Any:
             connect_timeout=config.connect_timeout_s,
             read_timeout=config.read_timeout_s,
             # Retries can only happen before the stream starts: botocore retries the call, not the stream.
-            retries={"mode": "standard", "max_attempts": config.max_attempts},
+            # total_max_attempts counts the first call; botocore's max_attempts would count retries only.
+            retries={"mode": "standard", "total_max_attempts": config.max_attempts},
             tcp_keepalive=True,
         ),
     )
