@@ -28,6 +28,7 @@ Example::
 from __future__ import annotations
 
 import json
+import re
 from typing import Annotated, Literal, NoReturn, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -174,12 +175,27 @@ def _parse(model: type[_RequestT], body: bytes) -> _RequestT:
         ) from None
     if not isinstance(data, dict):
         raise APIError.invalid_request("The request body must be a JSON object.", code="invalid_type")
+    if re.search(rb"\\u[dD][89a-fA-F]", body) and _has_lone_surrogate(data):
+        # JSON's grammar allows "\ud800" alone; no UTF-8 can carry it to the container.
+        raise APIError.invalid_request(
+            "The request body is not valid JSON (a \\u escape is an unpaired UTF-16 surrogate).", code="invalid_json"
+        )
     try:
         return model.model_validate(data)
     except ValidationError as exc:
         raise _invalid(exc.errors(include_url=False, include_input=False)) from None
     except RecursionError:
         raise APIError.invalid_request("The request body is nested too deeply.", code="invalid_json") from None
+
+
+def _has_lone_surrogate(data: object) -> bool:
+    try:
+        json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    except RecursionError:
+        return False  # nested too deeply to check here; validation says so
+    return False
 
 
 def _reject_constant(name: str) -> NoReturn:
