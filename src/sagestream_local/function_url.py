@@ -26,7 +26,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from sagestream.function_url import MAX_REQUEST_BYTES, Prelude, build_event
+from sagestream.function_url import MAX_REQUEST_BYTES, Prelude, PreludeError, build_event
 from sagestream_local.runtime_api import ClientGone, FunctionError, Pool
 
 _LAMBDA_ERROR = b'{"Message":"Internal Server Error"}'
@@ -57,14 +57,19 @@ class _ClientSink:
             raise ClientGone() from e
 
     def prelude(self, prelude: Prelude) -> None:
-        self.started = True
         reason = HTTPStatus(prelude.status).phrase if prelude.status in HTTPStatus._value2member_map_ else ""
         lines = [f"HTTP/1.1 {prelude.status} {reason}"]
         headers = {**self._extra, **prelude.headers}
         lines += [f"{k}: {v}" for k, v in headers.items() if k.lower() not in ("content-length", "transfer-encoding")]
         lines += [f"Set-Cookie: {c}" for c in prelude.cookies]
         lines.append("Transfer-Encoding: chunked")
-        self._send(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
+        try:
+            head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+        except UnicodeEncodeError as e:
+            # Not started: the invocation fails as a bad prelude does, with Lambda's 502, not a broken head.
+            raise PreludeError(f"a header value is not Latin-1: {e}") from None
+        self.started = True
+        self._send(head)
 
     def chunk(self, data: bytes) -> None:
         if not self._head_only:
