@@ -225,8 +225,11 @@ class _RuntimeAPIHandler(BaseHTTPRequestHandler):
             else:
                 deliver(self._read_body())
         except (OSError, ValueError, PreludeError) as e:
-            # A response cut off is most often its process dying: give the exit watcher a moment to say so.
-            if self.server.environment.wait_for_exit(2.0) is None:
+            # A response cut off is most often its process dying: give the exit watcher a moment to say so,
+            # unless the cause is known here (the client left and we dropped it; a prelude refused).
+            if inv.client_gone.is_set():
+                inv.finish(FunctionError("Runtime.ClientGone", {"errorMessage": "client disconnected"}, inv.started))
+            elif isinstance(e, PreludeError) or self.server.environment.wait_for_exit(2.0) is None:
                 inv.finish(FunctionError("Runtime.ResponseAborted", {"errorMessage": str(e)}, started=inv.started))
             else:
                 inv.wait(2)
