@@ -15,11 +15,12 @@ ENV ?= dev
 # The SAM CLI reports usage to AWS unless told not to; builds and tests here talk to nobody.
 export SAM_CLI_TELEMETRY ?= 0
 
-.PHONY: help install run test lint invoke invoke-sam build deploy bench measure
+.PHONY: help install run test soak lint invoke invoke-sam build deploy bench measure
 
 help:
 	@echo "make run       serve the function locally on the simulated endpoint (PORT=$(PORT))"
 	@echo "make test      run the whole test suite"
+	@echo "make soak      2,000 invocations through one runtime process: fds, threads, RSS at start and end"
 	@echo "make lint      ruff, mypy, sam validate --lint"
 	@echo "make invoke    one event through a runtime process (EVENT=$(EVENT))"
 	@echo "make invoke-sam  the same event through sam local invoke (needs Docker)"
@@ -49,6 +50,10 @@ run: install
 
 test: install $(SAM_VENV)/.installed
 	$(PY) -m pytest
+
+# make test runs a 200-invocation version (tests/reliability/test_soak.py) with the same bounds.
+soak: install
+	$(PY) -m tests.reliability.soak --invocations 2000
 
 lint: install $(SAM_VENV)/.installed
 	$(VENV)/bin/ruff check src tests bench

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -95,7 +96,8 @@ def one(stack: LocalStack, n: int) -> None:
 
 @dataclass(frozen=True)
 class Result:
-    invocations: int
+    warmup: int
+    invocations: int  # after the warm-up, between the two samples
     seconds: float
     start: Sample
     end: Sample
@@ -113,7 +115,7 @@ class Result:
     def __str__(self) -> str:
         growth = (self.end.rss_kb - self.start.rss_kb) / 1024
         return (
-            f"soak: {self.invocations} invocations in {self.seconds:.1f} s "
+            f"soak: {self.warmup} warm-up + {self.invocations} measured invocations in {self.seconds:.1f} s "
             f"({self.invocations / self.seconds:.0f}/s) through one runtime process\n"
             f"  start (after warm-up): {self.start}\n"
             f"  end:                   {self.end}\n"
@@ -131,6 +133,7 @@ def soak(invocations: int, warmup: int | None = None) -> Result:
         env={"PYTHONPATH": PYTHONPATH, "UPSTREAM_READ_TIMEOUT_S": "5", "UPSTREAM_MAX_ATTEMPTS": "1"},
         scenario=TINY,
         upstream="simulated",
+        stdout=subprocess.DEVNULL,  # thousands of log records; this reads /proc, not them
     )
     with stack:
         assert stack.pool is not None
@@ -146,7 +149,7 @@ def soak(invocations: int, warmup: int | None = None) -> Result:
         seconds = time.monotonic() - began
         end = quiet_sample(pid)
         same = environment.process.pid == pid and environment.exit_codes == []
-    return Result(invocations - warmup, seconds, start, end, same)
+    return Result(warmup, invocations - warmup, seconds, start, end, same)
 
 
 def main(argv: list[str] | None = None) -> int:
