@@ -9,34 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
+from tests.cfn import load_template
 from tests.deploy.conftest import ROOT, SAM_ENV
-
-
-class _CfnLoader(yaml.SafeLoader):
-    """YAML with CloudFormation's short tags (!Ref, !Sub, !If, ...) read as their long form."""
-
-
-def _tag(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> Any:
-    name = "Ref" if suffix == "Ref" else "Condition" if suffix == "Condition" else f"Fn::{suffix}"
-    if isinstance(node, yaml.ScalarNode):
-        value: Any = loader.construct_scalar(node)
-        if suffix == "GetAtt":
-            value = str(value).split(".", 1)
-    elif isinstance(node, yaml.SequenceNode):
-        value = loader.construct_sequence(node, deep=True)
-    else:
-        value = loader.construct_mapping(node, deep=True)  # type: ignore[arg-type]
-    return {name: value}
-
-
-_CfnLoader.add_multi_constructor("!", _tag)
 
 
 @pytest.fixture(scope="module")
 def template() -> dict[str, Any]:
-    return yaml.load((ROOT / "template.yaml").read_text(), Loader=_CfnLoader)  # a SafeLoader: tags become data
+    return load_template(ROOT / "template.yaml")
 
 
 @pytest.fixture(scope="module")
@@ -207,5 +187,5 @@ def test_the_role_grants_only_the_template_statements(transformed: dict[str, Any
 
 
 def _statements_of(transformed: dict[str, Any]) -> list[tuple[str | None, dict[str, Any]]]:
-    template = yaml.load((ROOT / "template.yaml").read_text(), Loader=_CfnLoader)
+    template = load_template(ROOT / "template.yaml")
     return _statements(template["Resources"]["SageStreamFunction"]["Properties"])

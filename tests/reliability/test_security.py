@@ -7,14 +7,12 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -24,8 +22,9 @@ from sagestream_local.endpoint import Scenario
 from sagestream_local.function_url import FunctionURL
 from sagestream_local.runtime_api import Pool
 from sagestream_local.stack import LocalStack
+from tests.cfn import load_template
 from tests.client import StreamedResponse, request
-from tests.conftest import PYTHONPATH, ROOT
+from tests.conftest import PYTHONPATH
 from tests.e2e.conftest import GetStack
 from tests.reliability.stub import (
     RecordingStream,
@@ -340,25 +339,6 @@ def test_a_handler_that_fails_shows_the_client_no_stack_trace(local_function: An
 # --- the template grants no wildcard resource ----------------------------------------------------------------
 
 
-class _CfnLoader(yaml.SafeLoader):
-    """PyYAML's safe loader taught CloudFormation's short-form tags: each becomes ``{"Fn::Name": value}``."""
-
-
-def _cfn_tag(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> dict[str, Any]:
-    name = "Ref" if suffix == "Ref" else "Fn::GetAtt" if suffix == "GetAtt" else f"Fn::{suffix}"
-    if isinstance(node, yaml.ScalarNode):
-        value: Any = loader.construct_scalar(node)
-        if suffix == "GetAtt":
-            value = str(value).split(".", 1)
-    elif isinstance(node, yaml.SequenceNode):
-        value = loader.construct_sequence(node, deep=True)
-    else:
-        value = loader.construct_mapping(node, deep=True)  # type: ignore[arg-type]
-    return {name: value}
-
-
-_CfnLoader.add_multi_constructor("!", _cfn_tag)
-
 # X-Ray and CloudWatch PutMetricData have no resource-level permissions: "*" is the only resource they take.
 NO_RESOURCE_LEVEL = {"xray:PutTraceSegments", "xray:PutTelemetryRecords", "cloudwatch:PutMetricData"}
 MANAGED_ALLOWED = {"AWSLambdaBasicExecutionRole", "AWSXRayDaemonWriteAccess"}
@@ -407,10 +387,7 @@ def _statements(template: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]
 
 
 def test_the_template_grants_no_wildcard_resource() -> None:
-    path = ROOT / "template.yaml"
-    if not path.exists():
-        pytest.skip("template.yaml does not exist yet")
-    template = yaml.load(path.read_text(), Loader=_CfnLoader)
+    template = load_template()
     statements = list(_statements(template))
     assert statements, "no IAM statements found: the parser missed the policies"
     grants = []
@@ -438,4 +415,3 @@ def test_the_template_grants_no_wildcard_resource() -> None:
             elif isinstance(policy, dict) and "Statement" not in policy and "Fn::If" not in policy:
                 # SAM policy templates: each names its resource; none of the broad ones is allowed.
                 assert not {"AmazonSageMakerFullAccess", "AdministratorAccess"} & set(policy), (name, policy)
-    assert os.path.basename(path) == "template.yaml"
