@@ -247,9 +247,10 @@ def test_a_fault_after_the_first_byte_is_one_error_event_after_intact_deltas(
 
 
 def test_the_lambda_deadline_ends_the_stream_with_length_and_an_error_event(stack_for: GetStack) -> None:
-    stack = stack_for(timeout_s=4.0, DEADLINE_MARGIN_MS="2500", UPSTREAM_READ_TIMEOUT_S="30")
+    stack = stack_for(concurrency=1, timeout_s=4.0, DEADLINE_MARGIN_MS="2500", UPSTREAM_READ_TIMEOUT_S="30")
     assert stack.endpoint is not None
-    assert_good_stream(chat(stack))  # a warm runtime: Lambda's timeout does not count the init
+    # One process, warmed: the timed request must not pay an init (Lambda does not count it either).
+    assert_good_stream(chat(stack))
     stack.endpoint.set_scenario(tokens=400, cadence_ms=20, ttft_ms=10)
     started = time.monotonic()
     resp = chat(stack)
