@@ -72,6 +72,8 @@ def encode_prelude(status: int, headers: Mapping[str, str], cookies: Iterable[st
     for name, value in headers.items():
         if not name or ":" in name or " " in name:
             raise BadHeader(f"invalid header name {name!r}")
+        if name.lower() == "set-cookie":
+            raise BadHeader("cookies travel in the prelude's cookies, not as a set-cookie header")
         checked[_check_header_text(name, "header name")] = _check_header_text(str(value), f"header {name}")
     cookie_list = [_check_header_text(c, "cookie") for c in cookies]
     prelude: dict[str, Any] = {"statusCode": status, "headers": checked}

@@ -361,3 +361,11 @@ def test_the_response_socket_has_tcp_nodelay_and_each_write_is_one_send(monkeypa
     invoke(client, handler, client.next_invocation())
     assert flags == [1]
     assert sends == [b"1\r\na\r\n", b"2710\r\n" + b"bb" * 5000 + b"\r\n"]
+
+
+def test_a_set_cookie_header_is_refused_cookies_go_in_the_cookies_list() -> None:
+    from sagestream.function_url import BadHeader, encode_prelude
+
+    with pytest.raises(BadHeader):
+        encode_prelude(200, {"Set-Cookie": "a=1"})
+    assert b'"cookies":["a=1"]' in encode_prelude(200, {}, ["a=1"])
