@@ -251,6 +251,7 @@ def test_the_lambda_deadline_ends_the_stream_with_length_and_an_error_event(stac
     assert stack.endpoint is not None
     # One process, warmed: the timed request must not pay an init (Lambda does not count it either).
     assert_good_stream(chat(stack))
+    stack.endpoint.clear_records()
     stack.endpoint.set_scenario(tokens=400, cadence_ms=20, ttft_ms=10)
     started = time.monotonic()
     resp = chat(stack)
