@@ -42,6 +42,7 @@ API = "/2018-06-01/runtime"
 _MAX_CHUNK_LINE = 1024
 # Lambda gives a function's init 10 s before it gives up on the environment.
 INIT_TIMEOUT_S = 10.0
+_CRASH_GRACE_S = 0.5
 
 
 class Sink(Protocol):
@@ -229,10 +230,10 @@ class _RuntimeAPIHandler(BaseHTTPRequestHandler):
             # unless the cause is known here (the client left and we dropped it; a prelude refused).
             if inv.client_gone.is_set():
                 inv.finish(FunctionError("Runtime.ClientGone", {"errorMessage": "client disconnected"}, inv.started))
-            elif isinstance(e, PreludeError) or self.server.environment.wait_for_exit(2.0) is None:
+            elif isinstance(e, PreludeError) or (code := self.server.environment.wait_for_exit(2.0)) is None:
                 inv.finish(FunctionError("Runtime.ResponseAborted", {"errorMessage": str(e)}, started=inv.started))
             else:
-                inv.wait(2)
+                inv.finish(self.server.environment.exit_error(inv, code))
             self.close_connection = True
             return
         if inv.client_gone.is_set():
@@ -318,17 +319,25 @@ class ExecutionEnvironment:
         if self._stopping:
             return
         inv = self.current
+        if inv is not None and inv.dispatched and not inv.done:
+            # What the process sent before it died may still sit unread in the response connection: let the
+            # Runtime API thread relay it (and end the invocation itself) before calling the crash a failure.
+            inv.wait(_CRASH_GRACE_S)
         if inv is not None and not inv.done:
-            if inv.dispatched and time.time() >= inv.deadline:
-                error_type, message = "Sandbox.Timedout", "Task timed out"
-            elif self.last_init_error is not None:
-                error_type, message = "Runtime.InitError", str(self.last_init_error.get("errorMessage"))
-            else:
-                error_type, message = "Runtime.ExitError", f"Runtime exited with status {code}"
-            inv.finish(FunctionError(error_type, {"errorMessage": message}, started=inv.started))
+            inv.finish(self.exit_error(inv, code))
         if self.last_init_error is not None:
             time.sleep(min(5.0, 0.1 * 2**self.init_errors))  # don't spin on a handler that cannot load
         self._spawn()
+
+    def exit_error(self, inv: Invocation, code: int) -> FunctionError:
+        """How Lambda reports an invocation whose process ended under it."""
+        if inv.dispatched and time.time() >= inv.deadline:
+            error_type, message = "Sandbox.Timedout", "Task timed out"
+        elif self.last_init_error is not None:
+            error_type, message = "Runtime.InitError", str(self.last_init_error.get("errorMessage"))
+        else:
+            error_type, message = "Runtime.ExitError", f"Runtime exited with status {code}"
+        return FunctionError(error_type, {"errorMessage": message}, started=inv.started)
 
     def wait_for_exit(self, timeout: float) -> int | None:
         with self._lock:
