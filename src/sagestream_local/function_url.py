@@ -23,11 +23,11 @@ import sys
 import threading
 from collections.abc import Callable, Mapping
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 
 from sagestream.function_url import MAX_REQUEST_BYTES, Prelude, PreludeError, build_event
-from sagestream_local.runtime_api import ClientGone, FunctionError, Pool
+from sagestream_local.runtime_api import ClientGone, FunctionError, NoDelayHandler, Pool
 
 _LAMBDA_ERROR = b'{"Message":"Internal Server Error"}'
 _DRAIN_LIMIT = 64 * 1024 * 1024
@@ -104,22 +104,12 @@ class _ClientSink:
             self.ended.set()
 
 
-class _FrontHandler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
+class _FrontHandler(NoDelayHandler):
     server: _FrontServer
-
-    def setup(self) -> None:
-        super().setup()
-        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def log_message(self, format: str, *args: Any) -> None:
         if self.server.front.verbose:
             super().log_message(format, *args)
-
-    def _plain(self, status: int, body: bytes, headers: Mapping[str, str] | None = None) -> None:
-        head = [f"HTTP/1.1 {status} {HTTPStatus(status).phrase}", f"Content-Length: {len(body)}"]
-        head += [f"{k}: {v}" for k, v in (headers or {}).items()]
-        self.connection.sendall(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body)
 
     def _read_request_body(self) -> bytes | None:
         if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
@@ -149,12 +139,12 @@ class _FrontHandler(BaseHTTPRequestHandler):
             if answer is not None:
                 self._read_request_body()
                 status, headers, body = answer
-                self._plain(status, body, headers)
+                self._answer(status, body, headers)
                 return
         body = self._read_request_body()
         if body is None:
             self.close_connection = True
-            self._plain(413, _TOO_LARGE, {"Content-Type": "application/json", "Connection": "close"})
+            self._answer(413, _TOO_LARGE, {"Content-Type": "application/json", "Connection": "close"})
             return
         event = build_event(
             method=self.command,

@@ -127,21 +127,29 @@ class Invocation:
                 sock.shutdown(socket.SHUT_RDWR)
 
 
-class _RuntimeAPIHandler(BaseHTTPRequestHandler):
+class NoDelayHandler(BaseHTTPRequestHandler):
+    """HTTP/1.1 on a TCP_NODELAY socket, answering with one ``sendall`` (invariant 2).
+
+    The base of both local servers that a token crosses: the Runtime API and the Function URL front.
+    """
+
     protocol_version = "HTTP/1.1"
-    server: _RuntimeAPIServer
 
     def setup(self) -> None:
         super().setup()
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
     def _answer(self, status: int, body: bytes = b"", headers: Mapping[str, str] | None = None) -> None:
         head = [f"HTTP/1.1 {status} {self.responses.get(status, ('',))[0]}", f"Content-Length: {len(body)}"]
         head += [f"{k}: {v}" for k, v in (headers or {}).items()]
-        self.connection.sendall(("\r\n".join(head) + "\r\n\r\n").encode() + body)
+        self.connection.sendall(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body)
+
+
+class _RuntimeAPIHandler(NoDelayHandler):
+    server: _RuntimeAPIServer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
 
     def _read_body(self) -> bytes:
         length = int(self.headers.get("Content-Length") or 0)
