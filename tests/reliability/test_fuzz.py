@@ -1,6 +1,6 @@
 """Arbitrary requests into the relay: always a 2xx or a 4xx in the one error shape, never an exception or a 5xx.
 
-The relay runs in this process over a real boto3 client answered in-process (tests/reliability/stub.py), so
+The relay runs in this process over a real boto3 client answered in-process (tests/fakes.py), so
 the upstream always answers well: a 5xx here would be the relay's own failure. The line splitter and the
 dialect decoders have their own arbitrary-input properties in tests/unit (test_lines, test_dialects).
 """
@@ -15,11 +15,11 @@ from hypothesis import strategies as st
 
 from sagestream.config import Config
 from sagestream.function_url import build_event
-from tests.reliability.stub import RecordingStream, Upstream, context, load_app, stubbed_client
+from tests.fakes import RecordingStream, Upstream, context, load_app, stubbed_client
 
 app = load_app()
 UPSTREAM = Upstream()
-RELAY = app.Relay(
+RELAY = app.App(
     Config.from_env({"SAGEMAKER_ENDPOINT_NAME": "fuzz-llm", "MAX_TOKENS_LIMIT": "64"}), stubbed_client(UPSTREAM)
 )
 

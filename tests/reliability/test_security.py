@@ -26,7 +26,7 @@ from tests.cfn import load_template
 from tests.client import StreamedResponse, request
 from tests.conftest import PYTHONPATH
 from tests.e2e.conftest import GetStack
-from tests.reliability.stub import (
+from tests.fakes import (
     RecordingStream,
     Upstream,
     context,
@@ -175,7 +175,7 @@ def test_a_client_header_value_with_nul_or_odd_bytes_is_never_reflected(stack: L
 def relay() -> tuple[Any, Upstream]:
     upstream = Upstream()
     app = load_app()
-    return app.Relay(Config.from_env({"SAGEMAKER_ENDPOINT_NAME": "sec-llm"}), stubbed_client(upstream)), upstream
+    return app.App(Config.from_env({"SAGEMAKER_ENDPOINT_NAME": "sec-llm"}), stubbed_client(upstream)), upstream
 
 
 HOSTILE = "\r\nSet-Cookie: evil=1\r\n\r\n\n\ndata: [DONE]\n\nevent: x\r\x00\u2028"
