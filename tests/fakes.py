@@ -272,7 +272,7 @@ def event_stream_response(
     return botocore.awsrequest.AWSResponse("http://127.0.0.1/stub", 200, head, RawPieces(chunks))
 
 
-def stubbed_client(upstream: Upstream) -> Any:
+def stubbed_client(upstream: Upstream, *, max_attempts: int = 1) -> Any:
     """A real boto3 client whose every call is answered in-process by ``upstream`` (nothing is sent)."""
     client = boto3.client(
         "sagemaker-runtime",
@@ -281,7 +281,8 @@ def stubbed_client(upstream: Upstream) -> Any:
         endpoint_url="http://127.0.0.1:9",
         aws_access_key_id="AKIASTUBSTUBSTUBSTUB",
         aws_secret_access_key="stub-secret-not-real",
-        config=botocore.config.Config(retries={"mode": "standard", "total_max_attempts": 1}),
+        # As upstream.make_client configures it; one attempt unless a test is about retries.
+        config=botocore.config.Config(retries={"mode": "standard", "total_max_attempts": max_attempts}),
     )
     client.meta.events.register("before-send.sagemaker-runtime.*", upstream.answer)
     return client

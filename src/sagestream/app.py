@@ -204,7 +204,7 @@ class App:
             completion=[] if self.config.log_payloads else None,
             prompt=prompt_of(request.body) if self.config.log_payloads else None,
         )
-        writer = Writer(stream, context.aws_request_id, head=request.method == "HEAD")
+        writer = Writer(stream, context.aws_request_id)
         call = Call(request, writer, context, record)
         with self.telemetry.bind(context.aws_request_id, request.url_request_id):
             try:
@@ -243,6 +243,8 @@ class App:
             raise APIError.not_found(f"Unknown path {request.path}.", code="unknown_url")
         if request.method not in route.methods:
             raise APIError.method_not_allowed(request.method, request.path, ", ".join(route.methods))
+        # HEAD is GET without the body; refusals before this point keep theirs, as they always had.
+        call.writer.head = request.method == "HEAD"
         route.handler(self, call)
 
     def _fail(self, call: Call) -> None:

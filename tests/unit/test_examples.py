@@ -5,6 +5,7 @@ from __future__ import annotations
 import doctest
 import importlib
 import pkgutil
+from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -42,3 +43,9 @@ def test_docstring_examples_hold(module: ModuleType) -> None:
     # and each has at least one that runs.
     if module.__name__ not in SOCKET_ONLY:
         assert result.attempted > 0, f"{module.__name__} has no runnable example"
+
+
+def test_every_module_has_its_own_unit_test_file() -> None:
+    here = Path(__file__).parent
+    missing = [m.__name__ for m in MODULES if not (here / f"test_{m.__name__.rsplit('.', 1)[1]}.py").exists()]
+    assert missing == []
