@@ -108,6 +108,8 @@ def test_the_cold_start_record_comes_first_with_its_own_dimensions() -> None:
 
 def test_the_writer_puts_one_log_line_and_one_line_per_emf_record(monkeypatch: Any) -> None:
     monkeypatch.delenv("POWERTOOLS_METRICS_DISABLED", raising=False)
+    # A service of its own: Powertools gives a logger that already has a handler no second one.
+    monkeypatch.setenv("POWERTOOLS_SERVICE_NAME", "unit-writer")
     out = io.StringIO()
     telemetry = Telemetry(CONFIG, out=out)
     telemetry.finish(streamed(), request_id="r-2", function_name="fn")
