@@ -4,7 +4,7 @@ A SageMaker streaming answer is cut into PayloadParts wherever the container's w
 event-stream framing happen to fall: inside a line, inside a multi-byte UTF-8 character. The
 :class:`LineSplitter` holds only the unfinished tail of the current line (so memory per stream is bounded
 by the longest line: invariant 3 of the README's "Architecture" section) and looks at each byte once;
-:func:`decode_line` turns a complete line into text (invariant 4); :func:`sse_data` says which record,
+:func:`decode_line` turns a complete line into text (invariant 4); :func:`sse_data` gives the event data,
 if any, a line carries, for SSE (``data: {...}``) and jsonlines (``{...}``) containers alike.
 
 Each way the bytes can be wrong is its own exception carrying its data, :class:`LineTooLong` and
@@ -115,10 +115,10 @@ _IGNORED_FIELDS = frozenset({"event", "id", "retry"})
 
 
 def sse_data(line: str) -> str | None:
-    """The record a line carries, or ``None`` for lines that carry none.
+    """The event data a line carries, or ``None`` for lines that carry none.
 
     ``data:`` (with or without the space) gives what follows; blank lines, comments and the other SSE
-    fields give ``None``; anything else is a jsonlines record and is given back whole. One record per
+    fields give ``None``; anything else is a jsonlines line and is given back whole. One event per
     ``data:`` line is what every container sends, so multi-line ``data`` events are not joined.
     """
     if not line or line.startswith(":"):

@@ -1,4 +1,4 @@
-"""The pump: PayloadPart bytes in, ``(delta, bytes)`` out. No I/O, no clock, no record.
+"""The pump: PayloadPart bytes in, ``(delta, bytes)`` out. No I/O, no clock, no invocation record.
 
 One streamed answer goes PayloadPart bytes → :class:`~sagestream.lines.LineSplitter` → SSE line →
 dialect decoder → :class:`~sagestream.dialects.Delta` → :class:`~sagestream.sse.ChunkEncoder` → bytes.
@@ -86,8 +86,8 @@ def relay(parts: Iterable[bytes], decoder: StreamDecoder, encoder: ChunkEncoder)
 
 
 def _deltas(line: bytes, decoder: StreamDecoder, encoder: ChunkEncoder) -> Iterator[tuple[Delta, bytes]]:
-    record = sse_data(decode_line(line))
-    if record is None:
+    data = sse_data(decode_line(line))
+    if data is None:
         return
-    for delta in decoder.decode(record):
+    for delta in decoder.decode(data):
         yield delta, encoder.encode(delta)
