@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import time
 
@@ -384,3 +385,22 @@ def test_missing_credentials_are_a_generic_500_with_the_detail_kept_out_of_the_a
     assert error["type"] == "server_error" and error["code"] == "internal_error"
     assert "credential" not in error["message"].lower() and "Traceback" not in resp.body.decode()
     assert stack.endpoint is not None and stack.endpoint.records == []
+
+
+def test_head_answers_like_get_without_a_body_and_every_answer_has_its_request_id(stack: LocalStack) -> None:
+    host, port = stack.url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    try:
+        conn.request("HEAD", "/health")
+        head = conn.getresponse()
+        assert head.status == 200 and head.read() == b""
+        assert head.getheader("content-type") == "application/json"
+        conn.request("GET", "/health")  # the same connection still works: the HEAD answer was framed right
+        get = conn.getresponse()
+        assert get.status == 200 and json.loads(get.read()) == {"status": "ok"}
+        assert head.getheader("x-request-id") and get.getheader("x-request-id")
+        assert head.getheader("x-request-id") != get.getheader("x-request-id")
+    finally:
+        conn.close()
+    for answer in (chat(stack), request(stack.url, "GET", "/nowhere")):
+        assert len(answer.header("x-request-id") or "") == 36
