@@ -35,6 +35,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from functools import partial
 from importlib import resources
 from typing import Any
 
@@ -150,6 +151,7 @@ class Call:
 
 
 RouteHandler = Callable[["App", Call], None]
+RequestParser = Callable[..., ChatCompletionRequest | CompletionRequest]
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,14 +168,6 @@ class Route:
             object.__setattr__(self, "methods", (*self.methods, "HEAD"))
 
 
-@dataclass(frozen=True, slots=True)
-class _Completion:
-    """What differs between the two completion routes: how the body is read, and the kind of answer."""
-
-    parse: Callable[..., ChatCompletionRequest | CompletionRequest]
-    kind: Kind
-
-
 class App:
     """The routes, bound to one configuration and one upstream client (both made once, at init)."""
 
@@ -185,8 +179,13 @@ class App:
         self.telemetry = telemetry or Telemetry(config)
         self.auth = auth or Authenticator(config)
         routes = [
-            Route("/v1/chat/completions", ("POST",), _completion_route(parse_chat, "chat"), keyed=True),
-            Route("/v1/completions", ("POST",), _completion_route(parse_completion, "completion"), keyed=True),
+            Route("/v1/chat/completions", ("POST",), partial(App._complete, parse=parse_chat, kind="chat"), keyed=True),
+            Route(
+                "/v1/completions",
+                ("POST",),
+                partial(App._complete, parse=parse_completion, kind="completion"),
+                keyed=True,
+            ),
             Route("/v1/models", ("GET",), App._models, keyed=True),
             Route(f"/v1/models/{config.model_id}", ("GET",), App._model, keyed=True),
             Route("/health", ("GET",), App._health),
@@ -304,11 +303,11 @@ class App:
             )
         return request.body
 
-    def _complete(self, call: Call, completion: _Completion) -> None:
-        """One handler for both completion routes: read the request, ask the endpoint, answer whole or streamed."""
+    def _complete(self, call: Call, *, parse: RequestParser, kind: Kind) -> None:
+        """Both completion routes: ``parse`` reads the request, ``kind`` shapes the answer, whole or streamed."""
         cfg, record = self.config, call.record
-        record.kind = completion.kind
-        req = completion.parse(self._body(call.request), max_tokens_limit=cfg.max_tokens_limit)
+        record.kind = kind
+        req = parse(self._body(call.request), max_tokens_limit=cfg.max_tokens_limit)
         if req.model is not None and req.model != cfg.model_id:
             raise APIError.not_found(
                 f"The model '{req.model}' does not exist; this endpoint serves '{cfg.model_id}'.",
@@ -326,9 +325,9 @@ class App:
         payload = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
         with self.telemetry.upstream(record):  # the trace subsegment ends with the stream
             if req.stream:
-                self._stream(call, payload, req.include_usage, completion.kind)
+                self._stream(call, payload, req.include_usage, kind)
             else:
-                self._whole(call, payload, completion.kind)
+                self._whole(call, payload, kind)
 
     def _whole(self, call: Call, payload: bytes, kind: Kind) -> None:
         try:
@@ -358,11 +357,6 @@ class App:
                         record.wrote(item, data)
             except ClientDisconnected:
                 record.client_disconnected = True
-
-
-def _completion_route(parse: Callable[..., ChatCompletionRequest | CompletionRequest], kind: Kind) -> RouteHandler:
-    completion = _Completion(parse, kind)
-    return lambda app, call: app._complete(call, completion)
 
 
 def _timed(parts: Iterable[bytes], record: StreamRecord) -> Iterator[bytes]:
