@@ -15,8 +15,12 @@ boto3's own ``AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME`` is deliberately not read here
 Example::
 
     >>> cfg = Config.from_env({"SAGEMAKER_ENDPOINT_NAME": "my-llm", "UPSTREAM_FORMAT": "tgi"})
-    >>> cfg.model_id, cfg.upstream_format
+    >>> cfg.model_id, cfg.dialect
     ('my-llm', 'tgi')
+    >>> Config.from_env({"SAGEMAKER_ENDPOINT_NAME": "my-llm", "SSE_PAD_BYTES": "3"})
+    Traceback (most recent call last):
+    ...
+    sagestream.config.ConfigError: SSE_PAD_BYTES=3 must be 0 or at least 4 (an SSE comment: ...)
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sagestream import prompts
-from sagestream.dialects import DIALECTS, Dialect
+from sagestream.dialects import Dialect, dialect_named
+from sagestream.sse import MIN_PAD_BYTES
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
@@ -40,7 +45,7 @@ class ConfigError(ValueError):
 @dataclass(frozen=True, slots=True)
 class Config:
     endpoint_name: str
-    upstream_format: Dialect = "openai"
+    dialect: Dialect = "openai"
     model_id: str = ""
     inference_component: str | None = None
     target_variant: str | None = None
@@ -93,9 +98,10 @@ class Config:
         endpoint = text("SAGEMAKER_ENDPOINT_NAME")
         if endpoint is None:
             raise ConfigError("SAGEMAKER_ENDPOINT_NAME is required: the SageMaker endpoint this function streams from")
-        fmt = (text("UPSTREAM_FORMAT") or "openai").lower()
-        if fmt not in DIALECTS:
-            raise ConfigError(f"UPSTREAM_FORMAT={fmt!r}; expected one of {', '.join(DIALECTS)}")
+        try:
+            dialect = dialect_named((text("UPSTREAM_FORMAT") or "openai").lower())
+        except ValueError as e:
+            raise ConfigError(f"UPSTREAM_FORMAT: {e}") from None
         template = text("PROMPT_TEMPLATE")
         if template is not None:
             try:
@@ -104,9 +110,10 @@ class Config:
                 raise ConfigError(f"PROMPT_TEMPLATE={template!r}: {e}") from None
         limit = number("MAX_TOKENS_LIMIT", None, minimum=1)
         pad = int(number("SSE_PAD_BYTES", 0) or 0)
-        if 0 < pad < 5:
+        if 0 < pad < MIN_PAD_BYTES:
             raise ConfigError(
-                "SSE_PAD_BYTES must be 0 or at least 5 (an SSE comment needs ': ', padding and a blank line)"
+                f"SSE_PAD_BYTES={pad} must be 0 or at least {MIN_PAD_BYTES} "
+                "(an SSE comment: ':', padding, a blank line)"
             )
         auth_mode = (text("AUTH_MODE") or "iam").lower()
         if auth_mode not in AUTH_MODES:
@@ -120,7 +127,7 @@ class Config:
             )
         return cls(
             endpoint_name=endpoint,
-            upstream_format=fmt,
+            dialect=dialect,
             model_id=text("MODEL_ID") or endpoint,
             inference_component=text("INFERENCE_COMPONENT_NAME"),
             target_variant=text("TARGET_VARIANT"),

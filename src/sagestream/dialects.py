@@ -15,8 +15,9 @@ A *dialect* is the body format a SageMaker model container speaks:
 
 A decoder is made per request by :func:`stream_decoder` and fed one record at a time (the text of one
 line, see :mod:`sagestream.lines`). Whatever the record, it either returns deltas or raises one of two
-:class:`~sagestream.errors.APIError` subclasses: :class:`DecodeError` when the record is not what the
-dialect promises, :class:`UpstreamStreamError` when the container itself reports an error.
+plain exceptions: :class:`DecodeError` when the record is not what the dialect promises,
+:class:`UpstreamStreamError` when the container itself reports an error. The statuses a client sees for
+them are given in one place, :func:`sagestream.upstream.error_from`.
 
 Example::
 
@@ -53,12 +54,24 @@ __all__ = [
     "UpstreamStreamError",
     "Usage",
     "decode_body",
+    "dialect_named",
     "stream_decoder",
     "upstream_body",
 ]
 
 Dialect = Literal["openai", "tgi", "lmi"]
 DIALECTS: tuple[Dialect, ...] = get_args(Dialect)
+
+
+def dialect_named(name: str) -> Dialect:
+    """``name`` as a :data:`Dialect`; ``ValueError`` naming the known ones if it is none of them.
+
+    >>> dialect_named("tgi")
+    'tgi'
+    """
+    if name not in DIALECTS:
+        raise ValueError(f"Unknown dialect {name!r}; known dialects: {', '.join(DIALECTS)}.")
+    return name
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,28 +91,18 @@ class Delta:
     usage: Usage | None = None
 
 
-class DecodeError(APIError):
+class DecodeError(Exception):
     """The container sent something its dialect does not allow; the answer cannot be read on."""
 
     def __init__(self, message: str) -> None:
-        super().__init__(
-            502,
-            f"Unreadable answer from the model endpoint: {message}",
-            type="server_error",
-            code="upstream_decode_error",
-        )
+        super().__init__(f"Unreadable answer from the model endpoint: {message}")
 
 
-class UpstreamStreamError(APIError):
+class UpstreamStreamError(Exception):
     """The container said, in its answer, that generation failed (TGI and vLLM send this mid-stream)."""
 
     def __init__(self, message: str) -> None:
-        super().__init__(
-            502,
-            f"The model endpoint reported an error: {message}",
-            type="server_error",
-            code="upstream_error",
-        )
+        super().__init__(f"The model endpoint reported an error: {message}")
         self.upstream_message = message
 
 
@@ -270,24 +273,21 @@ class GenerateStreamDecoder:
         return [Delta(text, None, finish_reason, usage)]
 
 
-def stream_decoder(fmt: Dialect) -> StreamDecoder:
-    """A fresh decoder for one streamed answer in dialect ``fmt``."""
-    if fmt == "openai":
+def stream_decoder(dialect: Dialect) -> StreamDecoder:
+    """A fresh decoder for one streamed answer in ``dialect``."""
+    if dialect_named(dialect) == "openai":
         return OpenAIStreamDecoder()
-    if fmt in ("tgi", "lmi"):
-        return GenerateStreamDecoder()
-    raise ValueError(f"Unknown dialect {fmt!r}; known dialects: {', '.join(DIALECTS)}.")
+    return GenerateStreamDecoder()
 
 
 # --- whole answers ---------------------------------------------------------------------------------------
 
 
-def decode_body(fmt: Dialect, body: bytes) -> Delta:
+def decode_body(dialect: Dialect, body: bytes) -> Delta:
     """The whole answer of a non-streaming InvokeEndpoint call as one delta."""
-    if fmt not in DIALECTS:
-        raise ValueError(f"Unknown dialect {fmt!r}; known dialects: {', '.join(DIALECTS)}.")
+    dialect_named(dialect)
     data = _load(body)
-    if fmt == "openai":
+    if dialect == "openai":
         answer = _object(data, "answer")
         _raise_if_error(answer)
         if not isinstance(answer.get("choices"), list) or not answer["choices"]:
@@ -314,14 +314,14 @@ def decode_body(fmt: Dialect, body: bytes) -> Delta:
 
 
 def upstream_body(
-    fmt: Dialect,
+    dialect: Dialect,
     request: ChatCompletionRequest | CompletionRequest,
     *,
     prompt_template: str | None,
     stream: bool,
     max_tokens_default: int | None,
 ) -> dict[str, Any]:
-    """The InvokeEndpoint body that asks the container in dialect ``fmt`` for ``request``.
+    """The InvokeEndpoint body that asks the container speaking ``dialect`` for ``request``.
 
     ``prompt_template`` is a :mod:`sagestream.prompts` name, needed for chat on ``tgi`` and ``lmi``.
     ``model`` is left out: each endpoint serves one model, and vLLM refuses a name it does not serve.
@@ -329,10 +329,8 @@ def upstream_body(
     max_tokens = request.effective_max_tokens
     if max_tokens is None:
         max_tokens = max_tokens_default
-    if fmt == "openai":
+    if dialect_named(dialect) == "openai":
         return _openai_body(request, stream=stream, max_tokens=max_tokens)
-    if fmt not in ("tgi", "lmi"):
-        raise ValueError(f"Unknown dialect {fmt!r}; known dialects: {', '.join(DIALECTS)}.")
     if isinstance(request, CompletionRequest):
         prompt = request.prompt
     elif prompt_template is None:
@@ -362,7 +360,7 @@ def upstream_body(
             parameters["do_sample"] = True
     if request.stop_sequences:
         # Same list, TGI's and LMI's names for it.
-        parameters["stop" if fmt == "tgi" else "stop_sequences"] = request.stop_sequences
+        parameters["stop" if dialect == "tgi" else "stop_sequences"] = request.stop_sequences
     if request.seed is not None:
         parameters["seed"] = request.seed
     return {"inputs": prompt, "parameters": parameters, "stream": stream}

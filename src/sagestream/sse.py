@@ -1,14 +1,16 @@
 """Deltas to OpenAI's streaming wire format: ``data: {chunk}\\n\\n`` events, then ``data: [DONE]\\n\\n``.
 
 One :class:`ChunkEncoder` per response. It returns bytes and writes nothing, so each event is exactly
-one ``stream.write`` for the caller (and so one HTTP chunk, DESIGN invariant 1). The chunks are what
-OpenAI sends, field for field, for ``chat.completion.chunk`` and streamed ``text_completion``: the
+one write for the caller (and so one HTTP chunk: invariant 1 of the README's "Architecture" section).
+The chunks are what OpenAI sends, field for field, for ``chat.completion.chunk`` and streamed ``text_completion``: the
 first chat chunk carries ``delta.role = "assistant"``; with ``stream_options.include_usage`` every chunk
 has ``"usage": null`` and a last chunk with ``choices: []`` carries the usage (sent only when the
 container reported one: the relay does not count tokens itself). :func:`completion_json` builds the
-non-streaming ``chat.completion`` / ``text_completion`` object.
+non-streaming ``chat.completion`` / ``text_completion`` object. :func:`error_event` is the one SSE error
+event: an error after the first byte, in OpenAI's shape, after which no ``[DONE]`` follows.
 
-``pad_bytes`` puts an SSE comment of that many bytes after each delta event. Clients ignore comments;
+``pad_bytes`` (0, or at least :data:`MIN_PAD_BYTES`) puts an SSE comment of that many bytes after each
+delta event. Clients ignore comments;
 intermediaries that hold small writes back until some kilobytes have gathered pass them on at once.
 
 Example::
@@ -33,13 +35,14 @@ from typing import Any, Literal
 from sagestream.dialects import Delta, Usage
 from sagestream.errors import APIError
 
-__all__ = ["DONE", "ChunkEncoder", "Kind", "completion_json"]
+__all__ = ["DONE", "MIN_PAD_BYTES", "ChunkEncoder", "Kind", "completion_json", "error_event"]
 
 Kind = Literal["chat", "completion"]
 
 DONE = b"data: [DONE]\n\n"
 
-_MIN_PAD = len(b": \n\n")
+# The smallest SSE comment: a colon, one space of padding, and the blank line that ends it.
+MIN_PAD_BYTES = len(b": \n\n")
 
 
 def _dumps(obj: Any) -> bytes:
@@ -48,6 +51,15 @@ def _dumps(obj: Any) -> bytes:
 
 def _event(obj: Any) -> bytes:
     return b"data: " + _dumps(obj) + b"\n\n"
+
+
+def error_event(err: APIError) -> bytes:
+    """The SSE event for an error after the first byte: OpenAI's error shape in one ``data:`` event.
+
+    >>> error_event(APIError.upstream(502, "model died", code="upstream_error"))[:33]
+    b'data: {"error":{"message":"model '
+    """
+    return b"data: " + err.json_bytes() + b"\n\n"
 
 
 def _usage(usage: Usage) -> dict[str, int]:
@@ -75,8 +87,8 @@ class ChunkEncoder:
         id: str | None = None,
         created: int | None = None,
     ) -> None:
-        if pad_bytes and pad_bytes < _MIN_PAD:
-            raise ValueError(f"pad_bytes must be 0 or at least {_MIN_PAD}")
+        if pad_bytes and pad_bytes < MIN_PAD_BYTES:
+            raise ValueError(f"pad_bytes must be 0 or at least {MIN_PAD_BYTES}")
         if kind not in ("chat", "completion"):
             raise ValueError(f"kind must be 'chat' or 'completion', not {kind!r}")
         self.model = model
@@ -119,7 +131,7 @@ class ChunkEncoder:
 
     def error(self, err: APIError) -> bytes:
         """An error after the first byte: one data event in OpenAI's error shape; no ``[DONE]`` follows."""
-        return b"data: " + err.json_bytes() + b"\n\n"
+        return error_event(err)
 
     def _chunk(self, choices: list[dict[str, Any]], usage: Usage | None) -> dict[str, Any]:
         chunk: dict[str, Any] = {

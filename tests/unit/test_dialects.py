@@ -23,7 +23,8 @@ from sagestream.dialects import (
 )
 from sagestream.errors import APIError
 from sagestream.schema import parse_chat, parse_completion
-from tests.unit.streams import LMI, RECORDED, TGI, VLLM_CHAT, Recorded, relay_deltas
+from sagestream.upstream import error_from
+from tests.fakes import LMI, RECORDED, TGI, VLLM_CHAT, Recorded, relay_deltas
 
 
 @pytest.mark.parametrize("recorded", RECORDED, ids=lambda r: r.name)
@@ -122,9 +123,9 @@ def test_a_special_token_without_details_yields_nothing() -> None:
 def test_a_containers_error_event_raises_upstream_stream_error(dialect: Dialect, record: str, message: str) -> None:
     with pytest.raises(UpstreamStreamError) as info:
         stream_decoder(dialect).decode(record)
-    assert message in info.value.message
-    assert info.value.status == 502
-    assert info.value.body()["error"]["type"] == "server_error"
+    assert message in error_from(info.value).message
+    assert error_from(info.value).status == 502
+    assert error_from(info.value).body()["error"]["type"] == "server_error"
 
 
 @pytest.mark.parametrize(
@@ -147,8 +148,8 @@ def test_a_containers_error_event_raises_upstream_stream_error(dialect: Dialect,
 def test_malformed_records_raise_decode_error(dialect: Dialect, record: str) -> None:
     with pytest.raises(DecodeError) as info:
         stream_decoder(dialect).decode(record)
-    assert info.value.status == 502
-    assert info.value.code == "upstream_decode_error"
+    assert error_from(info.value).status == 502
+    assert error_from(info.value).code == "upstream_decode_error"
 
 
 def test_unknown_dialect_is_a_configuration_error() -> None:
