@@ -241,14 +241,24 @@ class Relay:
             )
 
     def _chat(self, request: Request, stream: ResponseStream, context: LambdaContext, record: StreamRecord) -> None:
-        chat = parse_chat(self._body(request), max_tokens_limit=self.config.max_tokens_limit)
+        chat = parse_chat(
+            self._body(request),
+            max_tokens_limit=self.config.max_tokens_limit,
+            extra_fields=self.config.extra_request_fields,
+            max_prompt_chars=self.config.max_prompt_chars,
+        )
         self._check_model(chat.model)
         self._complete(chat, "chat", stream, context, record)
 
     def _completion(
         self, request: Request, stream: ResponseStream, context: LambdaContext, record: StreamRecord
     ) -> None:
-        completion = parse_completion(self._body(request), max_tokens_limit=self.config.max_tokens_limit)
+        completion = parse_completion(
+            self._body(request),
+            max_tokens_limit=self.config.max_tokens_limit,
+            extra_fields=self.config.extra_request_fields,
+            max_prompt_chars=self.config.max_prompt_chars,
+        )
         self._check_model(completion.model)
         self._complete(completion, "completion", stream, context, record)
 
@@ -272,7 +282,7 @@ class Relay:
         payload = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
         with self.telemetry.upstream(record):  # the trace subsegment ends with the stream
             if not req.stream:
-                answer = dialects.decode_body(cfg.upstream_format, upstream.invoke(self.client, cfg, payload))
+                answer = dialects.decode_body(cfg.upstream_format, upstream.invoke(self.client, cfg, payload), req)
                 record.finish_reason = answer.finish_reason or "stop"
                 if answer.usage is not None:
                     record.output_tokens = answer.usage.completion_tokens
@@ -284,7 +294,8 @@ class Relay:
             encoder = ChunkEncoder(
                 model=cfg.model_id, kind=kind, include_usage=req.include_usage, pad_bytes=cfg.sse_pad_bytes
             )
-            self._relay(payload, encoder, stream, context, record)
+            decoder = dialects.stream_decoder(cfg.upstream_format, req)
+            self._relay(payload, encoder, stream, context, record, decoder)
 
     def _relay(
         self,
@@ -293,6 +304,7 @@ class Relay:
         stream: ResponseStream,
         context: LambdaContext,
         record: StreamRecord,
+        decoder: dialects.StreamDecoder,
     ) -> None:
         """Open the upstream stream and write each delta the moment it is decoded."""
         cfg = self.config
@@ -304,7 +316,6 @@ class Relay:
         watchdog = threading.Timer(max(0.0, remaining_ms / 1000), parts.interrupt)
         watchdog.daemon = True
         watchdog.start()
-        decoder = dialects.stream_decoder(cfg.upstream_format)
         splitter = LineSplitter()
 
         def emit(line: bytes) -> None:

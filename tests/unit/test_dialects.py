@@ -87,7 +87,7 @@ def test_openai_tgi_era_finish_reasons_become_openais() -> None:
 def test_tgi_special_tokens_are_dropped_but_their_details_kept() -> None:
     decoder = stream_decoder("tgi")
     record = '{"token":{"text":"<|eot_id|>","special":true},"details":{"finish_reason":"length","generated_tokens":1}}'
-    assert decoder.decode(record) == [Delta("", finish_reason="length", usage=Usage(0, 1, 1))]
+    assert decoder.decode(record) == [Delta("", finish_reason="length", usage=Usage(None, 1, None))]
 
 
 def test_tgi_stop_sequence_is_stop_and_prefill_counts_prompt_tokens() -> None:
@@ -266,7 +266,7 @@ def test_tgi_body_is_a_one_element_list() -> None:
 def test_lmi_body_is_an_object_and_details_are_optional() -> None:
     assert decode_body("lmi", b'{"generated_text": "plain"}') == Delta("plain")
     body = b'{"generated_text": "x", "details": {"finish_reason": "length", "generated_tokens": 8, "inputs": "q"}}'
-    assert decode_body("lmi", body) == Delta("x", finish_reason="length", usage=Usage(0, 8, 8))
+    assert decode_body("lmi", body) == Delta("x", finish_reason="length", usage=Usage(None, 8, None))
 
 
 def test_lmi_error_body_raises_upstream_stream_error() -> None:
@@ -288,7 +288,7 @@ def chat(**fields: Any) -> bytes:
     return json.dumps({"model": "m", "messages": [{"role": "user", "content": "Hi"}], **fields}).encode()
 
 
-def test_openai_chat_body_drops_model_and_keeps_sampling() -> None:
+def test_openai_chat_body_drops_model_and_forwards_the_rest() -> None:
     request = parse_chat(
         chat(
             max_tokens=5,
@@ -311,6 +311,7 @@ def test_openai_chat_body_drops_model_and_keeps_sampling() -> None:
         "top_p": 0.9,
         "stop": ["\n"],
         "seed": 7,
+        "user": "u1",
     }
 
 

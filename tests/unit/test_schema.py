@@ -111,8 +111,10 @@ def test_a_bad_role_names_its_dotted_path() -> None:
     assert "messages.1.role" in err.message and "'user'" in err.message
 
 
-def test_a_non_text_content_part_names_the_part() -> None:
+def test_a_bad_content_part_names_the_part_field() -> None:
     err = rejection(body(messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]))
+    assert err.param == "messages.0.content.0.image_url.url"
+    err = rejection(body(messages=[{"role": "user", "content": [{"type": "video", "video": {}}]}]))
     assert err.param == "messages.0.content.0.type"
 
 
