@@ -50,7 +50,7 @@ import re
 from collections.abc import Collection, Mapping
 from typing import Annotated, Any, Literal, NoReturn, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, ValidationInfo, field_validator
 from pydantic_core import ErrorDetails
 
 from sagestream.errors import APIError
@@ -413,6 +413,14 @@ class ChatCompletionRequest(OpenAIRequest):
     service_tier: Literal["auto", "default", "flex", "scale", "priority", "fast"] | None = None
     verbosity: Literal["low", "medium", "high"] | None = None
     web_search_options: _Relayed | None = None
+
+    @field_validator("top_logprobs")
+    @classmethod
+    def _with_logprobs(cls, top: int | None, info: ValidationInfo) -> int | None:
+        # As OpenAI: top_logprobs is a detail of logprobs, not a way to ask for them.
+        if top and info.data.get("logprobs") is not True:
+            raise ValueError("'logprobs' must be true when 'top_logprobs' is set")
+        return top
 
     @property
     def effective_max_tokens(self) -> int | None:
