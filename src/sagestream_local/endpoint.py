@@ -32,6 +32,18 @@ Fault names and what botocore raises for them (status and code as a real endpoin
 ``stall``                   nothing more is sent; the connection stays open until the client goes
 =========================== ==========================================================================
 
+What the "model" answers follows the request as the containers do. On ``openai``: with ``tools`` (and
+``tool_choice`` other than ``none``) after a user turn it calls the named or first tool the way vLLM's tool
+parsers stream it (a head chunk with index, id, type and name, then one chunk per argument fragment, so the
+arguments span several PayloadParts), ``finish_reason: "tool_calls"``; with ``Scenario.reasoning`` it
+thinks first (``reasoning_content`` chunks, ``completion_tokens_details.reasoning_tokens`` in usage); with
+``logprobs`` each content chunk carries them (``top_logprobs`` alternatives). A JSON ``response_format``
+(or TGI's ``parameters.grammar``) makes the text a JSON document valid for the schema (:func:`sample_json`),
+so ``chat.completions.parse`` works. TGI's events carry ``top_tokens`` when ``top_n_tokens`` is asked and
+its whole answer ``details.tokens``. With ``Scenario.context_length``, a prompt plus ``max_tokens`` over it
+gets the container's refusal (vLLM's 400, TGI's 422, LMI's 400) wrapped as SageMaker wraps it: a
+``ModelError`` 424 with ``OriginalStatusCode`` and ``OriginalMessage``.
+
 Stream faults fire once ``fault_after`` tokens have gone (0: before the first PayloadPart, after the 200
 headers), at the time the next token was due. ``InvokeEndpoint`` honours the HTTP-status faults and
 ``reset``/``stall`` (before its answer); the other stream faults do not apply to it. A streaming request
