@@ -18,7 +18,7 @@ from pydantic import BaseModel
 
 from sagestream_local.endpoint import Record, whole_answer
 from sagestream_local.stack import SIM_ENDPOINT_NAME, LocalStack
-from tests.client import request
+from tests.client import gaps_ms, request
 from tests.e2e.conftest import GetStack
 
 MODEL = SIM_ENDPOINT_NAME  # MODEL_ID defaults to the endpoint's name
@@ -74,6 +74,20 @@ def test_a_streamed_tool_call_reaches_the_sdk_fragment_by_fragment(stack: LocalS
     assert json.loads("".join(fragments)).keys() == {"city", "days", "metric"}
     assert chunks[-1].choices[0].finish_reason == "tool_calls"
     assert len({c.id for c in chunks}) == 1 and {c.model for c in chunks} == {MODEL}
+
+
+def test_tool_call_arguments_flow_like_text_one_arrival_per_fragment(stack: LocalStack) -> None:
+    """Each argument fragment is written as its PayloadPart arrives, not gathered until the call is whole."""
+    assert stack.endpoint is not None
+    stack.endpoint.set_scenario(cadence_ms=25, ttft_ms=20)
+    body = {"messages": ASK, "tools": [WEATHER], "stream": True}
+    resp = request(stack.url, "POST", "/v1/chat/completions", body)
+    fragments = [e for e in resp.events() if b'"arguments":"' in e.data and b'"name":' not in e.data]
+    sent = len(last_record(stack).tokens) - 1
+    assert len(fragments) == sent > 3
+    spread_ms = (fragments[-1].at - fragments[0].at) * 1000
+    assert spread_ms > 0.6 * (sent - 1) * 25, f"argument fragments arrived within {spread_ms:.0f} ms: held back"
+    assert sum(1 for g in gaps_ms(fragments) if g < 1.0) <= 1
 
 
 def test_a_tool_call_in_a_whole_answer_and_the_conversation_that_follows(stack: LocalStack) -> None:
