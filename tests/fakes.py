@@ -157,7 +157,7 @@ LMI = Recorded(
         Delta("Deep "),
         Delta("Lernen 🧠"),
         Delta(" ist schön"),
-        Delta(".", finish_reason="length", usage=Usage(0, 4, 4)),
+        Delta(".", finish_reason="length", usage=Usage(None, 4, None)),
     ],
 )
 
@@ -170,7 +170,7 @@ LMI_SSE = Recorded(
         'data:{"token": {"id": 2, "text": "", "log_prob": -0.1, "special_token": true}, "generated_text": "Ünï", '
         '"details": {"finish_reason": "eos_token", "generated_tokens": 2, "inputs": "x"}}\n\n'
     ).encode(),
-    [Delta("Ünï"), Delta("", finish_reason="stop", usage=Usage(0, 2, 2))],
+    [Delta("Ünï"), Delta("", finish_reason="stop", usage=Usage(None, 2, None))],
 )
 
 RECORDED = [TGI, VLLM_CHAT, TGI_MESSAGES_CRLF, VLLM_COMPLETION, LMI, LMI_SSE]

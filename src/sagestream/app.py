@@ -34,7 +34,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from importlib import resources
 from typing import Any
@@ -307,7 +307,12 @@ class App:
         """Both completion routes: ``parse`` reads the request, ``kind`` shapes the answer, whole or streamed."""
         cfg, record = self.config, call.record
         record.kind = kind
-        req = parse(self._body(call.request), max_tokens_limit=cfg.max_tokens_limit)
+        req = parse(
+            self._body(call.request),
+            max_tokens_limit=cfg.max_tokens_limit,
+            extra_fields=cfg.extra_request_fields,
+            max_prompt_chars=cfg.max_prompt_chars,
+        )
         if req.model is not None and req.model != cfg.model_id:
             raise APIError.not_found(
                 f"The model '{req.model}' does not exist; this endpoint serves '{cfg.model_id}'.",
@@ -325,30 +330,32 @@ class App:
         payload = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
         with self.telemetry.upstream(record):  # the trace subsegment ends with the stream
             if req.stream:
-                self._stream(call, payload, req.include_usage, kind)
+                self._stream(call, req, payload, kind)
             else:
-                self._whole(call, payload, kind)
+                self._whole(call, req, payload, kind)
 
-    def _whole(self, call: Call, payload: bytes, kind: Kind) -> None:
+    def _whole(self, call: Call, req: ChatCompletionRequest | CompletionRequest, payload: bytes, kind: Kind) -> None:
         try:
-            answer = dialects.decode_body(self.config.dialect, upstream.invoke(self.client, self.config, payload))
+            answer = dialects.decode_body(self.config.dialect, upstream.invoke(self.client, self.config, payload), req)
         except (dialects.DecodeError, dialects.UpstreamStreamError) as exc:
             raise upstream.error_from(exc) from exc
         if not answer.finish_reason:
-            answer = Delta(answer.content, answer.role, "stop", answer.usage)
+            answer = replace(answer, finish_reason="stop")  # keeps tool calls, reasoning, logprobs
         data = completion_json(answer, model=self.config.model_id, kind=kind)
         call.record.wrote(answer, b"")  # a whole answer has no first delta or cadence
         call.writer.write(data)
 
-    def _stream(self, call: Call, payload: bytes, include_usage: bool, kind: Kind) -> None:
+    def _stream(self, call: Call, req: ChatCompletionRequest | CompletionRequest, payload: bytes, kind: Kind) -> None:
         """Open the upstream stream and write each delta the moment it is decoded."""
         cfg, record, writer = self.config, call.record, call.writer
         remaining_s = (call.context.get_remaining_time_in_millis() - cfg.deadline_margin_ms) / 1000
         parts = upstream.open_stream(self.client, cfg, payload, deadline=time.monotonic() + remaining_s)
-        encoder = ChunkEncoder(model=cfg.model_id, kind=kind, include_usage=include_usage, pad_bytes=cfg.sse_pad_bytes)
+        encoder = ChunkEncoder(
+            model=cfg.model_id, kind=kind, include_usage=req.include_usage, pad_bytes=cfg.sse_pad_bytes
+        )
         with parts:  # closed at once however the loop ends: the endpoint stops generating for nobody
             try:
-                for item, data in relay(_timed(parts, record), dialects.stream_decoder(cfg.dialect), encoder):
+                for item, data in relay(_timed(parts, record), dialects.stream_decoder(cfg.dialect, req), encoder):
                     if isinstance(item, APIError):
                         record.fail(item)
                         logger.warning("stream ended by an upstream failure: %s", item.message)

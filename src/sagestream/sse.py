@@ -5,9 +5,12 @@ one write for the caller (and so one HTTP chunk: invariant 1 of the README's "Ar
 The chunks are what OpenAI sends, field for field, for ``chat.completion.chunk`` and streamed ``text_completion``: the
 first chat chunk carries ``delta.role = "assistant"``; with ``stream_options.include_usage`` every chunk
 has ``"usage": null`` and a last chunk with ``choices: []`` carries the usage (sent only when the
-container reported one: the relay does not count tokens itself). :func:`completion_json` builds the
-non-streaming ``chat.completion`` / ``text_completion`` object. :func:`error_event` is the one SSE error
-event: an error after the first byte, in OpenAI's shape, after which no ``[DONE]`` follows.
+container reported one: the relay does not count tokens itself). Every other field of the container's
+delta (tool call fragments, ``reasoning_content`` / ``reasoning``, ``refusal``, logprobs) goes out as it
+came, in the chunk of the delta that carried it; only ``id``, ``created`` and ``model`` are the relay's
+own, one of each per response. :func:`completion_json` builds the non-streaming ``chat.completion`` /
+``text_completion`` object. :func:`error_event` is the one SSE error event: an error after the first
+byte, in OpenAI's shape, after which no ``[DONE]`` follows.
 
 ``pad_bytes`` (0, or at least :data:`MIN_PAD_BYTES`) puts an SSE comment of that many bytes after each
 delta event. Clients ignore comments;
@@ -62,12 +65,25 @@ def error_event(err: APIError) -> bytes:
     return b"data: " + err.json_bytes() + b"\n\n"
 
 
-def _usage(usage: Usage) -> dict[str, int]:
-    return {
+def _usage(usage: Usage) -> dict[str, Any]:
+    """OpenAI's usage object; a count the container did not give is left out rather than sent as 0."""
+    counts = {
         "prompt_tokens": usage.prompt_tokens,
         "completion_tokens": usage.completion_tokens,
         "total_tokens": usage.total_tokens,
     }
+    return {**{k: v for k, v in counts.items() if v is not None}, **usage.details}
+
+
+def _delta_fields(delta: Delta) -> dict[str, Any]:
+    """The delta's fields other than role and content, each as the container sent it."""
+    fields: dict[str, Any] = {
+        "reasoning_content": delta.reasoning_content,
+        "reasoning": delta.reasoning,
+        "refusal": delta.refusal,
+        "tool_calls": delta.tool_calls,
+    }
+    return {**{k: v for k, v in fields.items() if v is not None}, **delta.extra}
 
 
 def _new_id(kind: Kind) -> str:
@@ -107,18 +123,20 @@ class ChunkEncoder:
             self.usage = delta.usage
         first = not self._started
         if self.kind == "chat":
-            if not (first or delta.content or delta.finish_reason):
+            more = _delta_fields(delta)
+            if not (first or delta.content or delta.finish_reason or delta.logprobs or more):
                 return b""
             # Only the first chunk names the role, whatever the container repeats.
             body: dict[str, Any] = {"role": "assistant", "content": delta.content} if first else {}
             if delta.content and not first:
                 body["content"] = delta.content
+            body.update(more)
             choice: dict[str, Any] = {"index": 0, "delta": body}
         else:
-            if not (delta.content or delta.finish_reason):
+            if not (delta.content or delta.finish_reason or delta.logprobs):
                 return b""
             choice = {"index": 0, "text": delta.content}
-        choice["logprobs"] = None
+        choice["logprobs"] = delta.logprobs
         choice["finish_reason"] = delta.finish_reason
         self._started = True
         return _event(self._chunk([choice], None)) + self._padding
@@ -158,13 +176,17 @@ def completion_json(
     """The non-streaming answer (``chat.completion`` or ``text_completion``) for a whole-body delta.
 
     A container that gave no finish reason stopped on its own, so ``finish_reason`` is then ``stop``.
+    The message keeps every field of the container's (tool calls, reasoning, refusal), and the choice
+    its logprobs; usage the container did not report is ``null``, never zeros.
     """
     choice: dict[str, Any] = {"index": 0}
     if kind == "chat":
-        choice["message"] = {"role": "assistant", "content": delta.content, "refusal": None}
+        # OpenAI's message has content null when the model only called tools.
+        content = None if delta.tool_calls and not delta.content else delta.content
+        choice["message"] = {"role": "assistant", "content": content, "refusal": None, **_delta_fields(delta)}
     else:
         choice["text"] = delta.content
-    choice["logprobs"] = None
+    choice["logprobs"] = delta.logprobs
     choice["finish_reason"] = delta.finish_reason or "stop"
     return _dumps(
         {

@@ -87,7 +87,12 @@ def test_no_request_reaches_an_endpoint_variant_or_component_but_the_configured_
     for path in PATHS:
         answers.append(request(stack.url, "POST", path, BODY, headers=FORGED_HEADERS))
     answers.append(request(stack.url, "POST", "/v1/completions", {"prompt": "x", **FORGED_FIELDS}))
-    assert {a.status for a in answers} <= {200, 404, 405}, [a.status for a in answers]
+    assert {a.status for a in answers} <= {200, 400, 404, 405}, [a.status for a in answers]
+    # A field OpenAI does not define is refused by name (issue 13), before any endpoint is called.
+    for answer in answers:
+        if answer.status == 400:
+            error = answer.json()["error"]
+            assert error["code"] == "unknown_parameter" and error["param"] in FORGED_FIELDS, error
     records = stack.endpoint.records
     assert len(records) == sum(a.status == 200 for a in answers) > 0
     for record in records:
