@@ -8,10 +8,10 @@ this module speaks it directly, as the published Runtime API describes it:
 - ``GET  /2018-06-01/runtime/invocation/next`` blocks until an event arrives (no read timeout);
 - ``POST /2018-06-01/runtime/invocation/{id}/response`` with ``Lambda-Runtime-Function-Response-Mode:
   streaming`` and a chunked body: the JSON prelude as one HTTP chunk, the 8 NUL bytes as the next, then
-  the body, one HTTP chunk per write; an error after the first byte ends the body with the
-  ``Lambda-Runtime-Function-Error-Type`` and ``Lambda-Runtime-Function-Error-Body`` trailers, which is how
-  AWS documents a streaming custom runtime reports a failure once the response has begun (Lambda then
-  counts the invocation in its ``Errors`` metric);
+  the body, one HTTP chunk per write; a handler that raises after the first byte has its body ended with
+  the ``Lambda-Runtime-Function-Error-Type`` and ``Lambda-Runtime-Function-Error-Body`` trailers (AWS
+  documents them as the way to report a failure once the response has begun, and says Lambda treats such
+  a response as a success: they do not count in the ``Errors`` metric);
 - ``POST /2018-06-01/runtime/invocation/{id}/error`` for a failure before anything was written;
 - ``POST /2018-06-01/runtime/init/error`` when the handler cannot be loaded, and the process exits.
 
@@ -99,10 +99,6 @@ class ResponseStream(Protocol):
     def write(self, data: bytes | str) -> None: ...
 
     def close(self) -> None: ...
-
-    def fail(self, exc: BaseException) -> None:
-        """End a started response as failed: Lambda counts the invocation in its ``Errors`` metric."""
-        ...
 
     @property
     def started(self) -> bool: ...
@@ -401,7 +397,16 @@ class StreamingResponse:
         self._finish(b"0\r\n\r\n")
 
     def fail(self, exc: BaseException) -> None:
-        """End a started body with the error trailers instead of a clean end."""
+        """End a started body with the error trailers instead of a clean end.
+
+        Only for a handler that raised after the first byte: an unhandled failure, with no error event
+        written, so the caller must learn the body is incomplete. AWS's custom-runtime guide says Lambda
+        "treats this as a successful response and forwards the error metadata ... to the client"; what a
+        Function URL client then sees is not documented, and cargo-lambda ends the client's response
+        without its last chunk. A handled error (sagestream's SSE error event) therefore ends cleanly with
+        ``close``: the trailers would not count in Lambda's ``Errors`` metric, and would only turn an orderly
+        end into a cut-off transfer. The function's own log record and metrics count those failures.
+        """
         payload = _error_payload(exc)
         body = base64.b64encode(json.dumps(payload).encode()).decode()
         self._finish(
