@@ -471,8 +471,8 @@ def test_an_early_error_answer_ends_the_stream_and_says_what_it_said(capsys: pyt
     seen: list[BaseException] = []
 
     def handler(event, stream, context):
-        stream.start(200, {})
         try:
+            stream.start(200, {})  # the answer may already be there when the prelude goes
             for _ in range(50):
                 time.sleep(0.02)
                 stream.write(b"z")
@@ -490,8 +490,8 @@ def test_after_an_early_2xx_the_connection_closing_is_the_caller_gone() -> None:
     seen: list[BaseException] = []
 
     def handler(event, stream, context):
-        stream.start(200, {})
         try:
+            stream.start(200, {})
             for _ in range(200):
                 stream.write(b"y" * 64)
                 time.sleep(0.005)
@@ -565,3 +565,13 @@ def test_a_response_with_a_body_gets_nothing_added() -> None:
     api.thread.join(5)
     assert api.body.endswith(b"e\r\ndata: [DONE]\n\n\r\n0\r\n\r\n")
     assert b":\n\n" not in api.body
+
+
+def test_the_runtime_and_prelude_docstring_examples_hold() -> None:
+    import doctest
+
+    from sagestream import function_url, runtime
+
+    for module in (runtime, function_url):
+        result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+        assert result.attempted > 0 and result.failed == 0, module.__name__
