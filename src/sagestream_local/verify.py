@@ -315,7 +315,8 @@ class CloudWatchLogs:
         if self._client is None:
             import boto3
 
-            self._client = boto3.client("logs", region_name=self._region)
+            # A session of its own: credentials as they are now, not as a default session cached them.
+            self._client = boto3.session.Session().client("logs", region_name=self._region)
         return self._client
 
     def find(self, request_id: str, since_ms: int, wait_s: float) -> dict[str, Any] | None:
