@@ -7,6 +7,7 @@ invocation's log record in what the runtime processes printed, as it would in Cl
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -24,6 +25,7 @@ from sagestream_local.verify import (
     PASS,
     UNKNOWN,
     LinesLogSource,
+    LogsUnavailable,
     Target,
     check_bad_json,
     check_cors_preflight,
@@ -150,8 +152,6 @@ def _id_from_the_local_log(deployed: Deployed, mark: int):  # type: ignore[no-un
         while time.monotonic() < deadline:
             for line in deployed.out.snapshot()[mark:]:
                 if '"message":"invocation"' in line and '"path":"/v1/chat/completions"' in line:
-                    import json
-
                     return json.loads(line)["function_request_id"]
             time.sleep(0.05)
         return None
@@ -183,12 +183,19 @@ def test_the_disconnect_check_says_unknown_and_why(deployed: Deployed) -> None:
     never = check_disconnect(deployed.target, deployed.logs, wait_s=0.2, request_id_of=lambda run: "no-such-id")
     assert never.status == UNKNOWN and "no log record for request no-such-id" in never.evidence
 
+    class NoCredentials:
+        description = "CloudWatch Logs group /aws/lambda/x"
+
+        def find(self, request_id: str, since_ms: int, wait_s: float) -> None:
+            raise LogsUnavailable("Unable to locate credentials")
+
+    unreadable = check_disconnect(deployed.target, NoCredentials(), request_id_of=lambda run: "some-id")
+    assert unreadable.status == UNKNOWN and "Unable to locate credentials" in unreadable.evidence
+
 
 def test_the_command_prints_a_table_and_json_and_exits_non_zero_on_a_fail(
     deployed: Deployed, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import json
-
     code = main([deployed.stack.url, "--api-key", KEY, "--json", "--log-wait", "1"])
     report = json.loads(capsys.readouterr().out)
     statuses = {c["name"]: c["status"] for c in report["checks"]}
