@@ -49,7 +49,7 @@ from sagestream.errors import APIError
 from sagestream.function_url import event_body
 from sagestream.record import StreamRecord
 from sagestream.relay import relay
-from sagestream.runtime import ClientDisconnected, LambdaContext, ResponseStream
+from sagestream.runtime import ClientDisconnected, LambdaContext, ResponseStream, WriteTimedOut
 from sagestream.schema import ChatCompletionRequest, CompletionRequest, parse_chat, parse_completion
 from sagestream.sse import ChunkEncoder, Kind, completion_json, error_event
 from sagestream.telemetry import Telemetry, prompt_of
@@ -213,6 +213,11 @@ class App:
                 if writer.started:  # pragma: no cover - every streaming path writes its own error event
                     raise
                 writer.error(err)
+            except WriteTimedOut:
+                # The caller stopped reading and a write could not end before the deadline: the invocation
+                # stops here as a deadline stop, and its log record and metrics are still written below.
+                logger.warning("a write could not finish before the deadline; the client stopped reading")
+                record.fail(upstream.error_from(upstream.DeadlineReached()))
             except ClientDisconnected:
                 record.client_disconnected = True
             except Exception:
@@ -353,17 +358,16 @@ class App:
         encoder = ChunkEncoder(
             model=cfg.model_id, kind=kind, include_usage=req.include_usage, pad_bytes=cfg.sse_pad_bytes
         )
-        with parts:  # closed at once however the loop ends: the endpoint stops generating for nobody
-            try:
-                for item, data in relay(_timed(parts, record), dialects.stream_decoder(cfg.dialect, req), encoder):
-                    if isinstance(item, APIError):
-                        record.fail(item)
-                        logger.warning("stream ended by an upstream failure: %s", item.message)
-                    writer.write(data, 200, SSE_HEADERS)
-                    if isinstance(item, Delta):
-                        record.wrote(item, data)
-            except ClientDisconnected:
-                record.client_disconnected = True
+        # Closed at once however the loop ends (a client gone raises out of the write): the endpoint stops
+        # generating for nobody.
+        with parts:
+            for item, data in relay(_timed(parts, record), dialects.stream_decoder(cfg.dialect, req), encoder):
+                if isinstance(item, APIError):
+                    record.fail(item)
+                    logger.warning("stream ended by an upstream failure: %s", item.message)
+                writer.write(data, 200, SSE_HEADERS)
+                if isinstance(item, Delta):
+                    record.wrote(item, data)
 
 
 def _timed(parts: Iterable[bytes], record: StreamRecord) -> Iterator[bytes]:

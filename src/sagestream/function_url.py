@@ -65,7 +65,11 @@ def _check_header_text(text: str, what: str) -> str:
 
 
 def encode_prelude(status: int, headers: Mapping[str, str], cookies: Iterable[str] = ()) -> bytes:
-    """The prelude and its separator, refusing anything that could inject a header or a cookie."""
+    """The prelude and its separator, refusing anything that could inject a header or a cookie.
+
+    >>> encode_prelude(404, {"content-type": "application/json"})
+    b'{"statusCode":404,"headers":{"content-type":"application/json"},"cookies":[]}\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00'
+    """
     if not 100 <= status <= 599:
         raise PreludeError(f"status {status} is not an HTTP status")
     checked: dict[str, str] = {}
@@ -76,9 +80,9 @@ def encode_prelude(status: int, headers: Mapping[str, str], cookies: Iterable[st
             raise BadHeader("cookies travel in the prelude's cookies, not as a set-cookie header")
         checked[_check_header_text(name, "header name")] = _check_header_text(str(value), f"header {name}")
     cookie_list = [_check_header_text(c, "cookie") for c in cookies]
-    prelude: dict[str, Any] = {"statusCode": status, "headers": checked}
-    if cookie_list:
-        prelude["cookies"] = cookie_list
+    # ``cookies`` is always present, empty or not: Lambda accepts either, but a strict reader (cargo-lambda's
+    # emulator deserializes it as a required field) answers 500 to a prelude without it.
+    prelude: dict[str, Any] = {"statusCode": status, "headers": checked, "cookies": cookie_list}
     return json.dumps(prelude, separators=(",", ":")).encode() + SEPARATOR
 
 
