@@ -480,6 +480,7 @@ class Pool:
         }
         self.environments: list[ExecutionEnvironment] = []
         self._idle: queue.Queue[ExecutionEnvironment] = queue.Queue()
+        self.invocations = 0  # events handed to an environment, for tests that show a request never got here
         self._numbers = itertools.count()
 
     def start(self) -> Pool:
@@ -499,6 +500,7 @@ class Pool:
         inv = Invocation(event, sink, self.timeout_s)
         inv.environment = environment
         inv.on_finish = self._release
+        self.invocations += 1
         environment.current = inv
         environment.submit(inv)
         threading.Thread(target=self._supervise, args=(environment, inv), daemon=True).start()
