@@ -180,7 +180,7 @@ class _ClientSink:
         """Whether the connection can carry another request once this response has ended."""
         return self._chunked and not self._broken
 
-    def _send(self, data: bytes) -> None:
+    def _send(self, data: bytes, head: bool = False) -> None:
         try:
             with self._lock:
                 if self._broken or self._end_done or self._end_pending is not None:
@@ -190,6 +190,8 @@ class _ClientSink:
                 except OSError as e:  # reset, closed, or stalled past the socket's timeout
                     self._broken = True
                     raise ClientGone() from e
+                if head:  # under the lock: an end decides between a 502 and a last chunk by this
+                    self.started = True
         finally:
             self._write_pending_end()
 
@@ -211,8 +213,7 @@ class _ClientSink:
         except UnicodeEncodeError as e:
             # Not started: the invocation fails as a bad prelude does, with Lambda's 502, not a broken head.
             raise PreludeError(f"a header value is not Latin-1: {e}") from None
-        self.started = True
-        self._send(head)
+        self._send(head, head=True)
 
     def chunk(self, data: bytes) -> None:
         if not self._no_body:

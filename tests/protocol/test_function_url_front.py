@@ -231,3 +231,25 @@ def test_an_end_from_another_thread_waits_for_the_write_in_progress() -> None:
     assert body == b"%x\r\n%b\r\n0\r\n\r\n" % (len(big), big)
     left.close()
     right.close()
+
+
+def test_an_end_that_comes_before_the_prelude_is_a_502_and_the_late_prelude_is_refused() -> None:
+    """A timeout that ends the invocation just as the runtime's prelude arrives: the client gets Lambda's 502,
+    never a terminating chunk with no response head before it."""
+    from sagestream.function_url import Prelude
+    from sagestream_local.function_url import _ClientSink
+    from sagestream_local.runtime_api import ClientGone, FunctionError
+
+    left, right = socket.socketpair()
+    sink = _ClientSink(left, "POST", False, {})
+    sink.end(FunctionError("Sandbox.Timedout", {"errorMessage": "Task timed out"}, started=False))
+    with pytest.raises(ClientGone):
+        sink.prelude(Prelude(200, {}, ()))
+    with pytest.raises(ClientGone):
+        sink.chunk(b"late")
+    left.close()
+    (answer,) = wire.parse(right.recv(65536))
+    right.close()
+    assert answer.status == 502 and answer.complete
+    assert answer.headers["x-amzn-errortype"] == "Sandbox.Timedout"
+    assert json.loads(answer.body) == {"Message": "Internal Server Error"}
