@@ -29,6 +29,7 @@ import os
 import queue
 import select
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -132,6 +133,9 @@ class Invocation:
             sock = self._response_socket
         if sock is not None:
             with contextlib.suppress(OSError):
+                # Closed with a reset, not a FIN: a runtime blocked sending into a full window (its client
+                # stopped reading) would otherwise wait on zero-window probes to a closed socket for a minute.
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                 sock.shutdown(socket.SHUT_RDWR)
 
 
