@@ -1,7 +1,8 @@
 """The Function URL's side of the wire: the event Lambda hands the function, and the response prelude.
 
-One home for both (design invariant 5): the streaming runtime encodes the prelude, the local Function URL
-front (``sagestream_local``) builds events and decodes preludes, and both use this module.
+One home for both (invariant 5 of the README's "Architecture" section): the streaming runtime encodes
+the prelude, the local Function URL front (``sagestream_local``) builds events and decodes preludes, and
+both use this module.
 
 A streamed Function URL response body (``application/vnd.awslambda.http-integration-response``) is a
 JSON prelude ``{"statusCode", "headers", "cookies"}``, then eight NUL bytes, then the response body.

@@ -268,7 +268,7 @@ class StreamingResponse:
     """A :class:`ResponseStream` over one streamed ``/response`` POST.
 
     Nothing is buffered in userspace: ``start`` sends the request head, the prelude and the separator, each
-    ``write`` is one HTTP chunk in one ``sendall`` on a TCP_NODELAY socket (invariant 2).
+    ``write`` is one HTTP chunk in one ``sendall`` on a TCP_NODELAY socket (invariant 2 of the README's "Architecture").
 
     Each send has a timeout that ends :data:`WRITE_RESERVE_S` before the invocation's deadline: a caller that
     stopped reading fills the socket buffers, and a blocked ``sendall`` would otherwise hold the handler
