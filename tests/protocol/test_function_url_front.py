@@ -253,3 +253,12 @@ def test_an_end_that_comes_before_the_prelude_is_a_502_and_the_late_prelude_is_r
     assert answer.status == 502 and answer.complete
     assert answer.headers["x-amzn-errortype"] == "Sandbox.Timedout"
     assert json.loads(answer.body) == {"Message": "Internal Server Error"}
+
+
+def test_the_framing_examples_in_the_docstrings_hold() -> None:
+    import doctest
+
+    import sagestream_local.function_url as front
+
+    result = doctest.testmod(front, optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0 and result.failed == 0
