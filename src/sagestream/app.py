@@ -21,8 +21,6 @@ Example (``make invoke`` runs this for real)::
     >>> route = Route("/health", ("GET",), App._health)
     >>> route.methods, route.keyed
     (('GET', 'HEAD'), False)
-    >>> media_type("Application/JSON; charset=utf-8")
-    'application/json'
     >>> from sagestream.app import handler                     # doctest: +SKIP
     >>> handler(function_url_event, response_stream, context)  # doctest: +SKIP
 """
@@ -46,7 +44,7 @@ from sagestream.auth import Authenticator, requires_key
 from sagestream.config import Config
 from sagestream.dialects import Delta
 from sagestream.errors import APIError
-from sagestream.function_url import event_body
+from sagestream.function_url import event_body, media_type
 from sagestream.record import StreamRecord
 from sagestream.relay import relay
 from sagestream.runtime import ClientDisconnected, LambdaContext, ResponseStream, WriteTimedOut
@@ -54,7 +52,7 @@ from sagestream.schema import ChatCompletionRequest, CompletionRequest, parse_ch
 from sagestream.sse import ChunkEncoder, Kind, completion_json, error_event
 from sagestream.telemetry import Telemetry, prompt_of
 
-__all__ = ["App", "Call", "Request", "Route", "Writer", "handler", "media_type"]
+__all__ = ["App", "Call", "Request", "Route", "Writer", "handler"]
 
 logger = logging.getLogger(__name__)
 
@@ -72,11 +70,6 @@ PAGE_HEADERS = {
     "content-security-policy": "default-src 'self'; script-src 'self' 'unsafe-inline'; "
     "style-src 'self' 'unsafe-inline'; connect-src 'self'; img-src 'self' data:",
 }
-
-
-def media_type(content_type: str) -> str:
-    """The media type of a ``Content-Type`` value: no parameters, lower case."""
-    return content_type.split(";", 1)[0].strip().lower()
 
 
 @dataclass(frozen=True, slots=True)

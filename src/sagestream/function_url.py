@@ -135,8 +135,17 @@ def decode_prelude(head: bytes) -> Prelude:
     return Prelude(status, dict(headers), tuple(cookies))
 
 
+def media_type(content_type: str) -> str:
+    """The media type of a ``Content-Type`` value: no parameters, lower case.
+
+    >>> media_type("Application/JSON; charset=utf-8")
+    'application/json'
+    """
+    return content_type.split(";", 1)[0].strip().lower()
+
+
 def _is_text(content_type: str) -> bool:
-    media = content_type.split(";", 1)[0].strip().lower()
+    media = media_type(content_type)
     return (
         media.startswith(_TEXT_TYPES)
         or media.endswith(_TEXT_SUFFIXES)
