@@ -117,3 +117,12 @@ def test_the_writer_puts_one_log_line_and_one_line_per_emf_record(monkeypatch: A
     logs = [line for line in lines if line.get("message") == "invocation"]
     assert len(logs) == 1 and logs[0]["output_tokens"] == 3
     assert any("_aws" in line and line.get("function_request_id") == "r-2" for line in lines)
+
+
+def test_the_served_model_is_a_dimension_and_in_the_log_record() -> None:
+    record = streamed()
+    record.model, record.endpoint, record.dialect = "qwen", "llm-b", "openai"
+    (main,) = build(record)
+    assert (main["model"], main["endpoint"], main["dialect"]) == ("qwen", "llm-b", "openai")
+    fields = invocation_fields(record, CONFIG, ended=1.0, cold_start=False)
+    assert (fields["model"], fields["endpoint"], fields["dialect"]) == ("qwen", "llm-b", "openai")
