@@ -4,6 +4,7 @@ quote, and the retry budget one openai SDK call is held to under throttling."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -177,3 +178,13 @@ def test_the_node_sdk_is_held_to_the_same_budget(stack_for: GetStack) -> None:
     outcome = json.loads(result.stdout)
     assert outcome["status"] == 429 and outcome["requestId"]
     assert len(stack.endpoint.records) == 3
+
+
+def test_make_measure_prints_each_runs_request_id(stack: LocalStack, capsys: pytest.CaptureFixture[str]) -> None:
+    from sagestream_local import measure
+
+    assert measure.main([stack.url, "--runs", "2"]) == 0
+    ids = re.findall(r"request id (\S+)", capsys.readouterr().out)
+    assert len(ids) == 2 and len(set(ids)) == 2 and "-" not in ids
+    (run,) = measure.measure(stack.url, runs=1)
+    assert run.summary()["request_id"] == run.headers["x-request-id"]
