@@ -331,14 +331,14 @@ class App:
         """Both completion routes: ``parse`` reads the request, ``kind`` shapes the answer, whole or streamed."""
         record = call.record
         record.kind = kind
-        body = self._body(call.request)
+        raw = self._body(call.request)
         # The model first: its own max_tokens_limit is what the request is checked against. A body that is
         # not an object, or a model that is not a string, is the parser's to refuse by name.
-        readable, model = _model_named(body)
+        readable, model = _model_named(raw)
         cfg = self._target(model) if readable else self.config
         record.model, record.endpoint, record.dialect = cfg.model_id, cfg.endpoint_name, cfg.dialect
         req = parse(
-            body,
+            raw,
             max_tokens_limit=cfg.max_tokens_limit,
             extra_fields=cfg.extra_request_fields,
             max_prompt_chars=cfg.max_prompt_chars,

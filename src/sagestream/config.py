@@ -126,7 +126,7 @@ def parse_models(text: str, *, defaults: ModelTarget) -> tuple[ModelTarget, ...]
         where = first["loc"]
         model = where[0] if where else "?"
         if len(where) < 2:
-            raise ConfigError(f"MODELS: model {model!r}: must be an object with at least \"endpoint\"") from None
+            raise ConfigError(f'MODELS: model {model!r}: must be an object with at least "endpoint"') from None
         key = where[1]
         if first["type"] == "extra_forbidden":
             known = ", ".join(ModelEntry.model_fields)
@@ -192,8 +192,9 @@ class Config:
     def for_model(self, model_id: str) -> Config | None:
         """This configuration as the model ``model_id`` sees it (its endpoint, dialect, limits), or None.
 
-        >>> Config(endpoint_name="llm", model_id="m").for_model("m").endpoint_name, Config(endpoint_name="llm").for_model("x")
-        ('llm', None)
+        >>> one = Config(endpoint_name="llm", model_id="m")
+        >>> one.for_model("m") is one, one.for_model("x")
+        (True, None)
         """
         if not self.models:
             return self if model_id == self.model_id else None

@@ -19,7 +19,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-
 from tests.browser.test_chat_page import CHROMIUM, Server, browser, start_server, stop_server
 
 __all__ = ["browser"]  # the shared Chromium fixture
@@ -41,7 +40,7 @@ PAGE = """<!doctype html><meta charset="utf-8"><title>sdk page</title>
 <script type="module">
 import OpenAI from "/openai/index.mjs";
 const baseURL = new URLSearchParams(location.search).get("api");
-const client = new OpenAI({ baseURL, apiKey: "%s", dangerouslyAllowBrowser: true, maxRetries: 0 });
+const client = new OpenAI({ baseURL, apiKey: "__KEY__", dangerouslyAllowBrowser: true, maxRetries: 0 });
 try {
   const { data: stream, response, request_id } = await client.chat.completions
     .create({ model: "sagestream-sim", messages: [{ role: "user", content: "Hello from a page" }], stream: true })
@@ -55,7 +54,7 @@ try {
 } catch (e) {
   window.__result = { error: String(e && e.constructor && e.constructor.name) + ": " + String(e && e.message) };
 }
-</script>""" % KEY
+</script>""".replace("__KEY__", KEY)
 
 
 class _PageHandler(SimpleHTTPRequestHandler):
@@ -128,7 +127,7 @@ def test_the_openai_js_sdk_streams_from_an_allowed_origin_and_reads_the_request_
     api.scenario(tokens=12, cadence_ms=5, ttft_ms=20)
     api.clear()
     result = run_page(browser, origins[0], api)
-    assert "error" not in result, result["error"] if "error" in result else ""
+    assert "error" not in result, result.get("error", "")
     record = api.last_stream()
     assert "".join(result["deltas"]) == "".join(t["text"] for t in record["tokens"])
     assert len(result["deltas"]) == 12

@@ -113,7 +113,12 @@ def test_each_listed_endpoint_and_inference_component_is_granted_by_its_own_arn(
     prefix = "arn:${AWS::Partition}:sagemaker:${AWS::Region}:${AWS::AccountId}:"
     for loop, listed, kind, condition in (
         ("ModelEndpointGrants", "ModelEndpointNames", "endpoint", "HasModelEndpoints"),
-        ("ModelInferenceComponentGrants", "ModelInferenceComponentNames", "inference-component", "HasModelInferenceComponents"),
+        (
+            "ModelInferenceComponentGrants",
+            "ModelInferenceComponentNames",
+            "inference-component",
+            "HasModelInferenceComponents",
+        ),
     ):
         variable, collection, resources = loops[f"Fn::ForEach::{loop}"]
         assert (variable, collection) == ("Name", {"Ref": listed})

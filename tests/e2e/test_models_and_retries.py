@@ -48,7 +48,10 @@ def test_every_configured_model_is_listed_and_served_by_its_own_upstream(stack_f
             chunks = list(stream)
         assert chunks and {c.model for c in chunks} == {model}, "each chunk names the model asked for"
         (record,) = stack.endpoint.records
-        assert (record.endpoint, record.inference_component) == (upstream["endpoint"], upstream.get("inference_component"))
+        assert (record.endpoint, record.inference_component) == (
+            upstream["endpoint"],
+            upstream.get("inference_component"),
+        )
 
 
 def test_a_models_own_limit_applies_to_it_alone(stack_for: GetStack) -> None:

@@ -183,7 +183,9 @@ def test_a_caller_that_stops_reading_ends_the_invocation_as_a_deadline_stop_with
 
 # --- several models -----------------------------------------------------------------------------------
 
-TWO = json.dumps({"a": {"endpoint": "end-a"}, "b": {"endpoint": "end-b", "upstream_format": "tgi", "prompt_template": "chatml"}})
+TWO = json.dumps(
+    {"a": {"endpoint": "end-a"}, "b": {"endpoint": "end-b", "upstream_format": "tgi", "prompt_template": "chatml"}}
+)
 
 
 def test_each_model_is_listed_and_sent_to_its_own_endpoint_in_its_own_dialect() -> None:
