@@ -1,4 +1,4 @@
-"""The function: OpenAI-compatible routes in front of one SageMaker endpoint, streamed delta by delta.
+"""The function: OpenAI-compatible routes in front of SageMaker endpoints (one per model), streamed delta by delta.
 
 ``handler(event, stream, context)`` is what ``sagestream.runtime`` calls for each Function URL event.
 The routes are a table of :class:`Route` objects (path, methods, handler, keyed or public), as in
