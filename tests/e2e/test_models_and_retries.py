@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -78,7 +79,7 @@ def test_another_model_is_404_and_no_model_is_400_when_several_are_served(stack_
 def test_a_bad_models_setting_stops_the_function_at_init_naming_the_key() -> None:
     env = {"MODELS": json.dumps({"qwen-7b": {"endpoint": "llm-b", "upstream_formt": "tgi"}})}
     result = subprocess.run(
-        [".venv/bin/python", "-c", "import sagestream.app"],
+        [sys.executable, "-c", "import sagestream.app"],
         cwd=Path(__file__).resolve().parents[2],
         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": "src", "AWS_REGION": "us-east-1", **env},
         capture_output=True,
