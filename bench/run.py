@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import report
+from bench import function, report
 from bench.peers import PEERS, reset_peak_rss, status_kb
 from sagestream_local import runtime_api
 from sagestream_local.endpoint import Scenario
@@ -201,8 +201,13 @@ def main(argv: list[str] | None = None) -> int:
     docs: dict[str, dict[str, Any]] = {w: {} for w in specs}
     timelines: dict[str, tuple[list[int], int]] = {}
     sends: tuple[list[int], int] | None = None
+    # The runtime process's stdout (its invocation log records) goes to a file: the function's own figures.
+    log_file = tempfile.NamedTemporaryFile(prefix="sagestream-bench-", suffix=".log", delete=False)  # noqa: SIM115
+    log = function.InvocationLog(Path(log_file.name))
     try:
-        stacks["sagestream"] = LocalStack(port=0, concurrency=1, env={"PYTHONPATH": PYTHONPATH}, scenario=base).start()
+        stacks["sagestream"] = LocalStack(
+            port=0, concurrency=1, env={"PYTHONPATH": PYTHONPATH}, scenario=base, stdout=log_file
+        ).start()
         sim = stacks["sagestream"].endpoint
         assert sim is not None
         # the buffered chain calls the same simulated endpoint, with the same credentials
@@ -213,6 +218,7 @@ def main(argv: list[str] | None = None) -> int:
             assert stack.pool is not None
             clock.wait(stack.pool.environments[0])
             warm(stack.url)
+        log.new_records()  # the warm-up's
         cold = cold_init(clock, shared, 1 if args.quick else 5)
         print(f"cold init: {cold['runtime_init_ms']} ms vs boto3.client {cold['boto3_client_ms']} ms", flush=True)
         for workload, spec in specs.items():
@@ -230,6 +236,8 @@ def main(argv: list[str] | None = None) -> int:
                 result, _ = run_peer(peer, target, spec["runs"], keep_times, shared, pid, timeout)
                 records = sim.records
                 docs[workload][peer] = report.metrics(result, records)
+                if peer == "sagestream":
+                    docs[workload][peer].update(function.figures(log.new_records(), spec["runs"]))
                 if workload == "tinyllama-like" and result["runs"]:
                     first = result["runs"][0]
                     timelines[peer] = (first["arrivals_ns"], first["started_ns"])
@@ -237,10 +245,15 @@ def main(argv: list[str] | None = None) -> int:
                         record = records[-len(result["runs"])]
                         sends = ([t.monotonic_ns for t in record.tokens], first["started_ns"])
                 m = docs[workload][peer]
+                own = (
+                    f"  function: ttft cpu {m['ttft_cpu_ms']} ms, relay p50 {m['relay_ms_p50']} p99 {m['relay_ms_p99']}"
+                    if peer == "sagestream"
+                    else ""
+                )
                 print(
                     f"{workload:15} {peer:22} ttft {m['ttft_ms_median']} ms  bursts {m['burst_gaps']}/{m['deltas']}"
                     f"  added p50 {m['added_ms_p50']} p99 {m['added_ms_p99']}  cpu {m['cpu_us_per_delta']} us"
-                    f"  rss {m['peak_rss_mb']} MB",
+                    f"  rss {m['peak_rss_mb']} MB{own}",
                     flush=True,
                 )
                 sim.clear_records()
@@ -248,6 +261,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for stack in stacks.values():
             stack.stop()
+        log_file.close()
+        Path(log_file.name).unlink(missing_ok=True)
     notes = [
         "`buffered` is sagestream's own handler run against a stream that keeps every write and sends them as "
         "one at the end (bench/buffered.py), through the same local chain: the tutorial shape, same code.",
@@ -285,6 +300,13 @@ def main(argv: list[str] | None = None) -> int:
         headline["cold_init_ratio"] = cold["cold_init_ratio"]
         headline["deltas_per_s"] = docs.get("throughput", {}).get("sagestream", {}).get("deltas_per_s")
         headline["rss_growth_mb"] = docs.get("long", {}).get("sagestream", {}).get("rss_growth_mb")
+        throughput = docs.get("throughput", {}).get("sagestream", {})
+        # What one runtime process could relay if it did nothing else: deltas per second of its own CPU.
+        per_delta = throughput.get("invocation_cpu_us_per_delta")
+        headline["function_deltas_per_cpu_s"] = round(1e6 / per_delta) if per_delta else None
+        reader = doc["peers"].get("line-iterator", {}).get("cpu_us_per_delta")
+        mine = headline.get("cpu_us_per_delta")
+        headline["cpu_per_delta_vs_line_iterator"] = round(mine / reader, 3) if mine and reader else None
     doc["targets"] = {name: {"measured": value, "met": met} for name, value, met in report.target_rows(doc)}
     report.write(args.out, doc)
     if timelines and sends is not None:
