@@ -178,7 +178,9 @@ def markdown(doc: Mapping[str, Any]) -> str:
         "",
         f"Cold init: runtime process start to its first `/next` {_cell(cold['runtime_init_ms'])} ms, "
         f"`import boto3; boto3.client(...)` {_cell(cold['boto3_client_ms'])} ms (medians of "
-        f"{cold['samples']}).",
+        f"{cold['samples']}). Then, in that fresh process, a streamed chat request's first byte "
+        f"{_cell(cold.get('first_request_ms'))} ms after it was sent (what init left for first use is in it), "
+        f"a second request's {_cell(cold.get('warm_request_ms'))} ms.",
     ]
     own = {w: rows["sagestream"] for w, rows in doc["workloads"].items() if "sagestream" in rows}
     if own:
