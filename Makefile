@@ -48,7 +48,13 @@ $(SAM_VENV)/.installed:
 run: install
 	$(PY) -m sagestream_local --port $(PORT)
 
-test: install $(SAM_VENV)/.installed
+# The openai npm package for tests/e2e/test_node_client.py, exactly as package-lock.json pins it.
+NODE_TESTS := tests/node/node_modules/.installed
+$(NODE_TESTS): tests/node/package.json tests/node/package-lock.json
+	npm ci --prefix tests/node --no-audit --no-fund
+	@touch $@
+
+test: install $(SAM_VENV)/.installed $(NODE_TESTS)
 	$(PY) -m pytest
 
 # make test runs a 200-invocation version (tests/reliability/test_soak.py) with the same bounds.

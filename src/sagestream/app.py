@@ -1,17 +1,28 @@
 """The function: OpenAI-compatible routes in front of one SageMaker endpoint, streamed delta by delta.
 
 ``handler(event, stream, context)`` is what ``sagestream.runtime`` calls for each Function URL event.
-A streamed answer goes: PayloadPart bytes → :class:`~sagestream.lines.LineSplitter` → SSE record →
-dialect decoder → :class:`~sagestream.dialects.Delta` → :class:`~sagestream.sse.ChunkEncoder` →
-``stream.write``, each delta written before the next upstream read (invariant 1).
+The routes are a table of :class:`Route` objects (path, methods, handler, keyed or public), as in
+Starlette: an unknown path is a 404, a known path with the wrong method a 405 naming the allowed ones,
+and ``HEAD`` answers on every ``GET`` route as ``GET`` does, without the body.
 
-The response starts with the first delta, not before: until then a failure still gets its own HTTP
-status; after it, failures travel as one SSE error event and the stream ends without ``[DONE]``.
+A streamed answer is :func:`sagestream.relay.relay` over :func:`sagestream.upstream.open_stream`'s
+PayloadParts; this module only writes what it yields (a :class:`Writer` starts the response with the
+first chunk and writes each one) and notes each delta on the invocation's
+:class:`~sagestream.record.StreamRecord`. Until the first chunk a failure still gets its own HTTP status;
+after it, it travels as one SSE error event and the stream ends without ``[DONE]``.
+
+Every answer carries ``x-request-id``: the invocation's own id (``context.aws_request_id``), which is
+also the log record's ``function_request_id``.
 
 Environment variables read: those of :mod:`sagestream.config`, at import.
 
 Example (``make invoke`` runs this for real)::
 
+    >>> route = Route("/health", ("GET",), App._health)
+    >>> route.methods, route.keyed
+    (('GET', 'HEAD'), False)
+    >>> media_type("Application/JSON; charset=utf-8")
+    'application/json'
     >>> from sagestream.app import handler                     # doctest: +SKIP
     >>> handler(function_url_event, response_stream, context)  # doctest: +SKIP
 """
@@ -21,12 +32,14 @@ from __future__ import annotations
 import html
 import json
 import logging
-import threading
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, replace
+from functools import partial
 from importlib import resources
 from typing import Any
+
+from aws_lambda_powertools.utilities.data_classes import LambdaFunctionUrlEvent
 
 from sagestream import dialects, upstream
 from sagestream.auth import Authenticator, requires_key
@@ -34,11 +47,14 @@ from sagestream.config import Config
 from sagestream.dialects import Delta
 from sagestream.errors import APIError
 from sagestream.function_url import event_body
-from sagestream.lines import LineSplitter, decode_line, sse_data
+from sagestream.record import StreamRecord
+from sagestream.relay import relay
 from sagestream.runtime import ClientDisconnected, LambdaContext, ResponseStream
 from sagestream.schema import ChatCompletionRequest, CompletionRequest, parse_chat, parse_completion
-from sagestream.sse import ChunkEncoder, Kind, completion_json
-from sagestream.telemetry import Cadence, Telemetry
+from sagestream.sse import ChunkEncoder, Kind, completion_json, error_event
+from sagestream.telemetry import Telemetry, prompt_of
+
+__all__ = ["App", "Call", "Request", "Route", "Writer", "handler", "media_type"]
 
 logger = logging.getLogger(__name__)
 
@@ -49,55 +65,110 @@ SSE_HEADERS = {
     "x-content-type-options": "nosniff",
 }
 JSON_HEADERS = {"content-type": "application/json", "x-content-type-options": "nosniff"}
+PAGE_HEADERS = {
+    "content-type": "text/html; charset=utf-8",
+    "cache-control": "no-cache",
+    "x-content-type-options": "nosniff",
+    "content-security-policy": "default-src 'self'; script-src 'self' 'unsafe-inline'; "
+    "style-src 'self' 'unsafe-inline'; connect-src 'self'; img-src 'self' data:",
+}
 
 
-@dataclass
+def media_type(content_type: str) -> str:
+    """The media type of a ``Content-Type`` value: no parameters, lower case."""
+    return content_type.split(";", 1)[0].strip().lower()
+
+
+@dataclass(frozen=True, slots=True)
 class Request:
-    """What the handler needs of a Function URL event."""
+    """What the routes need of a Function URL event (read through Powertools' event data class)."""
 
     method: str
     path: str
-    headers: dict[str, str]
+    headers: Mapping[str, str]
     body: bytes
+    url_request_id: str | None = None
+    caller: str | None = None  # the signing IAM principal, when the Function URL checked one
 
     @classmethod
     def from_event(cls, event: Mapping[str, Any]) -> Request:
-        http = event.get("requestContext", {}).get("http", {})
+        url_event = LambdaFunctionUrlEvent(dict(event))
+        http = (event.get("requestContext") or {}).get("http") or {}
+        url_request_id = caller = None
+        if event.get("requestContext"):
+            context = url_event.request_context
+            url_request_id = context.get("requestId")
+            caller = context.authorizer.iam.user_arn or None
         return cls(
-            method=str(http.get("method", "GET")).upper(),
+            method=str(http.get("method") or "GET").upper(),
             path=str(event.get("rawPath") or http.get("path") or "/"),
             headers={str(k).lower(): str(v) for k, v in (event.get("headers") or {}).items()},
             body=event_body(event),
+            url_request_id=url_request_id,
+            caller=caller,
         )
 
 
-@dataclass
-class StreamRecord:
-    """What one invocation did, for its log record and metrics; made per request, never kept."""
+class Writer:
+    """The response: started with the first chunk (status and headers fixed then), each chunk one write.
 
-    started: float = field(default_factory=time.monotonic)
-    status: int = 200
-    route: str = ""
-    stream: bool = False
-    upstream_first_byte: float | None = None
-    first_delta: float | None = None
-    cadence: Cadence = field(default_factory=Cadence)  # bounded: a stream's length must not grow memory
-    output_tokens: int = 0
-    finish_reason: str | None = None
-    error_type: str | None = None
-    error_code: str | None = None
-    client_disconnected: bool = False
-    deadline_stop: bool = False
-    upstream_started: float | None = None
-    completion: list[str] | None = None  # the answer's text, kept only when LOG_PAYLOADS=true
+    ``head`` answers a ``HEAD`` request: the response starts as it would for ``GET``, no body is written.
+    """
 
-    def wrote_delta(self, now: float) -> None:
-        if self.first_delta is None:
-            self.first_delta = now
-        self.cadence.add(now)
+    def __init__(self, stream: ResponseStream, request_id: str, *, head: bool = False) -> None:
+        self.stream = stream
+        self.request_id = request_id
+        self.head = head
+
+    @property
+    def started(self) -> bool:
+        return bool(self.stream.started)
+
+    def write(self, data: bytes, status: int = 200, headers: Mapping[str, str] = JSON_HEADERS) -> None:
+        if not data:
+            return
+        if not self.stream.started:
+            self.stream.start(status, {**headers, "x-request-id": self.request_id})
+        if not self.head:
+            self.stream.write(data)
+
+    def json(self, payload: Any, status: int = 200) -> None:
+        self.write(json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode(), status)
+
+    def error(self, err: APIError) -> None:
+        """An error before the first byte: its status, its headers, OpenAI's body."""
+        self.write(err.json_bytes(), err.status, {**JSON_HEADERS, **{k.lower(): v for k, v in err.headers.items()}})
 
 
-class Relay:
+@dataclass(slots=True)
+class Call:
+    """One invocation as the route handlers see it."""
+
+    request: Request
+    writer: Writer
+    context: LambdaContext
+    record: StreamRecord
+
+
+RouteHandler = Callable[["App", Call], None]
+RequestParser = Callable[..., ChatCompletionRequest | CompletionRequest]
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """One path: the methods it answers (``HEAD`` with every ``GET``), its handler, and whether it needs a key."""
+
+    path: str
+    methods: tuple[str, ...]
+    handler: RouteHandler
+    keyed: bool = False
+
+    def __post_init__(self) -> None:
+        if "GET" in self.methods and "HEAD" not in self.methods:
+            object.__setattr__(self, "methods", (*self.methods, "HEAD"))
+
+
+class App:
     """The routes, bound to one configuration and one upstream client (both made once, at init)."""
 
     def __init__(
@@ -107,117 +178,117 @@ class Relay:
         self.client = client
         self.telemetry = telemetry or Telemetry(config)
         self.auth = auth or Authenticator(config)
-        self._routes: dict[str, dict[str, Callable[[Request, ResponseStream, LambdaContext, StreamRecord], None]]] = {
-            "/v1/chat/completions": {"POST": self._chat},
-            "/v1/completions": {"POST": self._completion},
-            "/v1/models": {"GET": self._models},
-            f"/v1/models/{config.model_id}": {"GET": self._model},
-            "/health": {"GET": self._health},
-        }
+        routes = [
+            Route("/v1/chat/completions", ("POST",), partial(App._complete, parse=parse_chat, kind="chat"), keyed=True),
+            Route(
+                "/v1/completions",
+                ("POST",),
+                partial(App._complete, parse=parse_completion, kind="completion"),
+                keyed=True,
+            ),
+            Route("/v1/models", ("GET",), App._models, keyed=True),
+            Route(f"/v1/models/{config.model_id}", ("GET",), App._model, keyed=True),
+            Route("/health", ("GET",), App._health),
+        ]
         if config.serve_ui:
-            self._routes["/"] = {"GET": self._page}
-            self._routes["/index.html"] = {"GET": self._page}
+            routes += [Route("/", ("GET",), App._page), Route("/index.html", ("GET",), App._page)]
+        self.routes: dict[str, Route] = {route.path: route for route in routes}
 
     def __call__(self, event: dict[str, Any], stream: ResponseStream, context: LambdaContext) -> None:
-        record = StreamRecord(completion=[] if self.config.log_payloads else None)
         request = Request.from_event(event)
-        with self.telemetry.bind(event, context):
+        record = StreamRecord(
+            method=request.method,
+            path=request.path,
+            caller=request.caller,
+            completion=[] if self.config.log_payloads else None,
+            prompt=prompt_of(request.body) if self.config.log_payloads else None,
+        )
+        writer = Writer(stream, context.aws_request_id)
+        call = Call(request, writer, context, record)
+        with self.telemetry.bind(context.aws_request_id, request.url_request_id):
             try:
-                self.handle(request, stream, context, record)
+                self.dispatch(call)
             except APIError as err:
-                record.status, record.error_type, record.error_code = err.status, err.type, err.code
-                if stream.started:  # pragma: no cover - every streaming path writes its own error event
+                record.fail(err)
+                if writer.started:  # pragma: no cover - every streaming path writes its own error event
                     raise
-                self._error(stream, err)
+                writer.error(err)
             except ClientDisconnected:
                 record.client_disconnected = True
             except Exception:
                 # Still one error shape, and the stream ends before the metrics are written.
                 logger.exception("the request failed")
-                self._fail(stream, record)
+                self._fail(call)
             finally:
                 if stream.started:
                     stream.close()  # the client has the whole answer before anything below runs
-                self.telemetry.finish(
-                    record, event, context, method=request.method, path=request.path, body=request.body
-                )
+                self.telemetry.finish(record, request_id=context.aws_request_id, function_name=context.function_name)
 
-    def _fail(self, stream: ResponseStream, record: StreamRecord) -> None:
-        err = APIError.internal()
-        record.status, record.error_type, record.error_code = err.status, err.type, err.code
-        try:
-            if stream.started:
-                stream.write(b"data: " + err.json_bytes() + b"\n\n")
-            else:
-                self._error(stream, err)
-        except ClientDisconnected:
-            record.client_disconnected = True
-
-    def handle(self, request: Request, stream: ResponseStream, context: LambdaContext, record: StreamRecord) -> None:
-        if requires_key(request.path):
+    def dispatch(self, call: Call) -> None:
+        """The route for the request's path and method, after the key check; a 404 or 405 if there is none."""
+        request = call.request
+        path = request.path.rstrip("/") or "/"
+        route = self.routes.get(path)
+        # Unknown /v1 paths need the key too: without it nobody learns which routes exist.
+        if route.keyed if route is not None else requires_key(path):
             self.auth.check(request.headers)
-        methods = self._routes.get(request.path.rstrip("/") or "/")
-        if methods is None:
-            if request.path.startswith("/v1/models/"):
+        if route is None:
+            if path.startswith("/v1/models/"):
                 raise APIError.not_found(
-                    f"The model '{request.path.removeprefix('/v1/models/')}' does not exist.",
+                    f"The model '{path.removeprefix('/v1/models/')}' does not exist.",
                     code="model_not_found",
                     param="model",
                 )
             raise APIError.not_found(f"Unknown path {request.path}.", code="unknown_url")
-        route = methods.get(request.method)
-        if route is None:
-            raise APIError.method_not_allowed(request.method, request.path, ", ".join(methods))
-        record.route = request.path
-        route(request, stream, context, record)
+        if request.method not in route.methods:
+            raise APIError.method_not_allowed(request.method, request.path, ", ".join(route.methods))
+        # HEAD is GET without the body; refusals before this point keep theirs, as they always had.
+        call.writer.head = request.method == "HEAD"
+        route.handler(self, call)
+
+    def _fail(self, call: Call) -> None:
+        err = APIError.internal()
+        call.record.fail(err)
+        try:
+            if call.writer.started:
+                call.writer.write(error_event(err))
+            else:
+                call.writer.error(err)
+        except ClientDisconnected:
+            call.record.client_disconnected = True
 
     # --- small routes ---
-
-    def _json(self, stream: ResponseStream, status: int, payload: Any, headers: Mapping[str, str] = {}) -> None:
-        stream.start(status, {**JSON_HEADERS, **headers})
-        stream.write(json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode())
-
-    def _error(self, stream: ResponseStream, err: APIError) -> None:
-        stream.start(err.status, {**JSON_HEADERS, **{k.lower(): v for k, v in err.headers.items()}})
-        stream.write(err.json_bytes())
 
     def _model_card(self) -> dict[str, Any]:
         return {"id": self.config.model_id, "object": "model", "created": 0, "owned_by": "sagemaker"}
 
-    def _models(self, request: Request, stream: ResponseStream, context: LambdaContext, record: StreamRecord) -> None:
-        self._json(stream, 200, {"object": "list", "data": [self._model_card()]})
+    def _models(self, call: Call) -> None:
+        call.writer.json({"object": "list", "data": [self._model_card()]})
 
-    def _model(self, request: Request, stream: ResponseStream, context: LambdaContext, record: StreamRecord) -> None:
-        self._json(stream, 200, self._model_card())
+    def _model(self, call: Call) -> None:
+        call.writer.json(self._model_card())
 
-    def _health(self, request: Request, stream: ResponseStream, context: LambdaContext, record: StreamRecord) -> None:
-        self._json(stream, 200, {"status": "ok", "model": self.config.model_id})
+    def _health(self, call: Call) -> None:
+        # Nothing unauthenticated names the endpoint or the model.
+        call.writer.json({"status": "ok"})
 
-    def _page(self, request: Request, stream: ResponseStream, context: LambdaContext, record: StreamRecord) -> None:
+    def _page(self, call: Call) -> None:
+        # With keys, the page learns the model from /v1/models once a key is entered, never from here.
+        model = "" if self.config.auth_mode == "api_key" else self.config.model_id
         page = (
             resources.files("sagestream")
             .joinpath("static/index.html")
             .read_text("utf-8")
-            .replace("__SAGESTREAM_MODEL__", html.escape(self.config.model_id))
+            .replace("__SAGESTREAM_MODEL__", html.escape(model))
             .replace("__SAGESTREAM_AUTH_MODE__", html.escape(self.config.auth_mode))
             .encode()
         )
-        stream.start(
-            200,
-            {
-                "content-type": "text/html; charset=utf-8",
-                "cache-control": "no-cache",
-                "x-content-type-options": "nosniff",
-                "content-security-policy": "default-src 'self'; script-src 'self' 'unsafe-inline'; "
-                "style-src 'self' 'unsafe-inline'; connect-src 'self'; img-src 'self' data:",
-            },
-        )
-        stream.write(page)
+        call.writer.write(page, 200, PAGE_HEADERS)
 
     # --- completions ---
 
     def _body(self, request: Request) -> bytes:
-        media = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+        media = media_type(request.headers.get("content-type", ""))
         if media != "application/json" and not media.endswith("+json"):
             raise APIError.invalid_request(
                 f"Content-Type must be application/json, not {media or 'missing'}.",
@@ -232,38 +303,25 @@ class Relay:
             )
         return request.body
 
-    def _check_model(self, model: str | None) -> None:
-        if model is not None and model != self.config.model_id:
+    def _complete(self, call: Call, *, parse: RequestParser, kind: Kind) -> None:
+        """Both completion routes: ``parse`` reads the request, ``kind`` shapes the answer, whole or streamed."""
+        cfg, record = self.config, call.record
+        record.kind = kind
+        req = parse(
+            self._body(call.request),
+            max_tokens_limit=cfg.max_tokens_limit,
+            extra_fields=cfg.extra_request_fields,
+            max_prompt_chars=cfg.max_prompt_chars,
+        )
+        if req.model is not None and req.model != cfg.model_id:
             raise APIError.not_found(
-                f"The model '{model}' does not exist; this endpoint serves '{self.config.model_id}'.",
+                f"The model '{req.model}' does not exist; this endpoint serves '{cfg.model_id}'.",
                 code="model_not_found",
                 param="model",
             )
-
-    def _chat(self, request: Request, stream: ResponseStream, context: LambdaContext, record: StreamRecord) -> None:
-        chat = parse_chat(self._body(request), max_tokens_limit=self.config.max_tokens_limit)
-        self._check_model(chat.model)
-        self._complete(chat, "chat", stream, context, record)
-
-    def _completion(
-        self, request: Request, stream: ResponseStream, context: LambdaContext, record: StreamRecord
-    ) -> None:
-        completion = parse_completion(self._body(request), max_tokens_limit=self.config.max_tokens_limit)
-        self._check_model(completion.model)
-        self._complete(completion, "completion", stream, context, record)
-
-    def _complete(
-        self,
-        req: ChatCompletionRequest | CompletionRequest,
-        kind: Kind,
-        stream: ResponseStream,
-        context: LambdaContext,
-        record: StreamRecord,
-    ) -> None:
-        cfg = self.config
-        record.stream = bool(req.stream)
+        record.streamed = bool(req.stream)
         body = dialects.upstream_body(
-            cfg.upstream_format,
+            cfg.dialect,
             req,
             prompt_template=cfg.prompt_template,
             stream=bool(req.stream),
@@ -271,124 +329,54 @@ class Relay:
         )
         payload = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
         with self.telemetry.upstream(record):  # the trace subsegment ends with the stream
-            if not req.stream:
-                answer = dialects.decode_body(cfg.upstream_format, upstream.invoke(self.client, cfg, payload))
-                record.finish_reason = answer.finish_reason or "stop"
-                if answer.usage is not None:
-                    record.output_tokens = answer.usage.completion_tokens
-                if record.completion is not None:
-                    record.completion.append(answer.content)
-                stream.start(200, JSON_HEADERS)
-                stream.write(completion_json(answer, model=cfg.model_id, kind=kind))
-                return
-            encoder = ChunkEncoder(
-                model=cfg.model_id, kind=kind, include_usage=req.include_usage, pad_bytes=cfg.sse_pad_bytes
-            )
-            self._relay(payload, encoder, stream, context, record)
+            if req.stream:
+                self._stream(call, req, payload, kind)
+            else:
+                self._whole(call, req, payload, kind)
 
-    def _relay(
-        self,
-        payload: bytes,
-        encoder: ChunkEncoder,
-        stream: ResponseStream,
-        context: LambdaContext,
-        record: StreamRecord,
-    ) -> None:
-        """Open the upstream stream and write each delta the moment it is decoded."""
-        cfg = self.config
-        remaining_ms = context.get_remaining_time_in_millis() - cfg.deadline_margin_ms
-        if remaining_ms <= 0:
-            raise APIError.upstream(504, "The function has too little time left to call the model.", code="deadline")
-        parts = upstream.open_stream(self.client, cfg, payload)
-        # The runtime cannot interrupt a blocking read; a timer near the deadline shuts the upstream socket.
-        watchdog = threading.Timer(max(0.0, remaining_ms / 1000), parts.interrupt)
-        watchdog.daemon = True
-        watchdog.start()
-        decoder = dialects.stream_decoder(cfg.upstream_format)
-        splitter = LineSplitter()
-
-        def emit(line: bytes) -> None:
-            record_text = sse_data(decode_line(line))
-            if record_text is None:
-                return
-            for delta in decoder.decode(record_text):
-                data = encoder.encode(delta)
-                if delta.finish_reason:
-                    record.finish_reason = delta.finish_reason
-                if not data:
-                    continue
-                if not stream.started:
-                    stream.start(200, SSE_HEADERS)
-                stream.write(data)
-                record.wrote_delta(time.monotonic())
-                if delta.content:
-                    record.output_tokens += 1
-                    if record.completion is not None:
-                        record.completion.append(delta.content)
-
+    def _whole(self, call: Call, req: ChatCompletionRequest | CompletionRequest, payload: bytes, kind: Kind) -> None:
         try:
-            for part in parts:
-                if record.upstream_first_byte is None:
-                    record.upstream_first_byte = time.monotonic()
-                for line in splitter.feed(part):
-                    emit(line)
-                if decoder.done:
-                    break
-            if parts.interrupted:
-                self._deadline_stop(encoder, stream, record)
-                return
-            for line in splitter.finish():
-                emit(line)
-            if encoder.usage is not None:
-                record.output_tokens = encoder.usage.completion_tokens
-            if not stream.started:
-                stream.start(200, SSE_HEADERS)
-            if record.finish_reason is None:
-                # The container ended without saying why; a client still needs a last chunk that does.
-                self._write(stream, encoder.encode(Delta(finish_reason="stop")), record)
-                record.finish_reason = "stop"
-            stream.write(encoder.done())
-        except ClientDisconnected:
-            record.client_disconnected = True
-            parts.close()  # at once: the endpoint stops generating for nobody
-        except APIError as err:
-            record.error_type, record.error_code = err.type, err.code
-            if not stream.started:
-                raise
-            record.status = err.status
-            logger.warning("stream ended by an upstream failure: %s", err.message)
+            answer = dialects.decode_body(self.config.dialect, upstream.invoke(self.client, self.config, payload), req)
+        except (dialects.DecodeError, dialects.UpstreamStreamError) as exc:
+            raise upstream.error_from(exc) from exc
+        if not answer.finish_reason:
+            answer = replace(answer, finish_reason="stop")  # keeps tool calls, reasoning, logprobs
+        data = completion_json(answer, model=self.config.model_id, kind=kind)
+        call.record.wrote(answer, b"")  # a whole answer has no first delta or cadence
+        call.writer.write(data)
+
+    def _stream(self, call: Call, req: ChatCompletionRequest | CompletionRequest, payload: bytes, kind: Kind) -> None:
+        """Open the upstream stream and write each delta the moment it is decoded."""
+        cfg, record, writer = self.config, call.record, call.writer
+        remaining_s = (call.context.get_remaining_time_in_millis() - cfg.deadline_margin_ms) / 1000
+        parts = upstream.open_stream(self.client, cfg, payload, deadline=time.monotonic() + remaining_s)
+        encoder = ChunkEncoder(
+            model=cfg.model_id, kind=kind, include_usage=req.include_usage, pad_bytes=cfg.sse_pad_bytes
+        )
+        with parts:  # closed at once however the loop ends: the endpoint stops generating for nobody
             try:
-                stream.write(encoder.error(err))
+                for item, data in relay(_timed(parts, record), dialects.stream_decoder(cfg.dialect, req), encoder):
+                    if isinstance(item, APIError):
+                        record.fail(item)
+                        logger.warning("stream ended by an upstream failure: %s", item.message)
+                    writer.write(data, 200, SSE_HEADERS)
+                    if isinstance(item, Delta):
+                        record.wrote(item, data)
             except ClientDisconnected:
                 record.client_disconnected = True
-        finally:
-            watchdog.cancel()
-            parts.close()
-
-    def _write(self, stream: ResponseStream, data: bytes, record: StreamRecord) -> None:
-        if data:
-            stream.write(data)
-            record.wrote_delta(time.monotonic())
-
-    def _deadline_stop(self, encoder: ChunkEncoder, stream: ResponseStream, record: StreamRecord) -> None:
-        record.deadline_stop = True
-        err = APIError.upstream(
-            504,
-            "The answer was cut short: the function reached its time limit. Ask for fewer tokens, "
-            "or raise the function timeout.",
-            code="deadline_exceeded",
-        )
-        record.error_type, record.error_code = err.type, err.code
-        if not stream.started:
-            raise err
-        record.finish_reason = "length"
-        self._write(stream, encoder.encode(Delta(finish_reason="length")), record)
-        stream.write(encoder.error(err))
 
 
-def _build() -> Relay:
+def _timed(parts: Iterable[bytes], record: StreamRecord) -> Iterator[bytes]:
+    """The parts, noting on the record when the first one arrived."""
+    for part in parts:
+        if record.upstream_first_byte is None:
+            record.upstream_first_byte = time.monotonic()
+        yield part
+
+
+def _build() -> App:
     config = Config.from_env()
-    return Relay(config, upstream.make_client(config))
+    return App(config, upstream.make_client(config))
 
 
 handler = _build()

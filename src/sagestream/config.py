@@ -3,7 +3,8 @@
 Environment variables read (the README's table lists each with its default):
 
 ``SAGEMAKER_ENDPOINT_NAME`` (required), ``UPSTREAM_FORMAT`` (``openai`` | ``tgi`` | ``lmi``), ``MODEL_ID``,
-``INFERENCE_COMPONENT_NAME``, ``TARGET_VARIANT``, ``MAX_TOKENS_LIMIT``, ``MAX_REQUEST_BYTES``,
+``INFERENCE_COMPONENT_NAME``, ``TARGET_VARIANT``, ``MAX_TOKENS_LIMIT``, ``MAX_REQUEST_BYTES``, ``MAX_PROMPT_CHARS``,
+``EXTRA_REQUEST_FIELDS`` (comma-separated vendor fields passed to the container, e.g. ``top_k,min_p``),
 ``PROMPT_TEMPLATE``, ``SSE_PAD_BYTES``, ``DEADLINE_MARGIN_MS``, ``UPSTREAM_CONNECT_TIMEOUT_S``,
 ``UPSTREAM_READ_TIMEOUT_S``, ``UPSTREAM_MAX_ATTEMPTS``, ``SERVE_UI``; for access control and telemetry
 ``AUTH_MODE`` (``iam`` | ``api_key`` | ``none``), ``API_KEYS_PARAMETER``, ``API_KEYS`` (local runs),
@@ -15,8 +16,12 @@ boto3's own ``AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME`` is deliberately not read here
 Example::
 
     >>> cfg = Config.from_env({"SAGEMAKER_ENDPOINT_NAME": "my-llm", "UPSTREAM_FORMAT": "tgi"})
-    >>> cfg.model_id, cfg.upstream_format
+    >>> cfg.model_id, cfg.dialect
     ('my-llm', 'tgi')
+    >>> Config.from_env({"SAGEMAKER_ENDPOINT_NAME": "my-llm", "SSE_PAD_BYTES": "3"})
+    Traceback (most recent call last):
+    ...
+    sagestream.config.ConfigError: SSE_PAD_BYTES=3 must be 0 or at least 4 (an SSE comment: ...)
 """
 
 from __future__ import annotations
@@ -26,11 +31,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sagestream import prompts
-from sagestream.dialects import DIALECTS, Dialect
+from sagestream.dialects import Dialect, dialect_named
+from sagestream.schema import ChatCompletionRequest, CompletionRequest
+from sagestream.sse import MIN_PAD_BYTES
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
 AUTH_MODES = ("iam", "api_key", "none")
+OPENAI_FIELDS = frozenset(ChatCompletionRequest.model_fields) | frozenset(CompletionRequest.model_fields)
 
 
 class ConfigError(ValueError):
@@ -40,12 +48,14 @@ class ConfigError(ValueError):
 @dataclass(frozen=True, slots=True)
 class Config:
     endpoint_name: str
-    upstream_format: Dialect = "openai"
+    dialect: Dialect = "openai"
     model_id: str = ""
     inference_component: str | None = None
     target_variant: str | None = None
     max_tokens_limit: int | None = None
     max_request_bytes: int = 1024 * 1024
+    max_prompt_chars: int | None = None
+    extra_request_fields: frozenset[str] = frozenset()
     prompt_template: str | None = None
     sse_pad_bytes: int = 0
     deadline_margin_ms: int = 3000
@@ -93,9 +103,10 @@ class Config:
         endpoint = text("SAGEMAKER_ENDPOINT_NAME")
         if endpoint is None:
             raise ConfigError("SAGEMAKER_ENDPOINT_NAME is required: the SageMaker endpoint this function streams from")
-        fmt = (text("UPSTREAM_FORMAT") or "openai").lower()
-        if fmt not in DIALECTS:
-            raise ConfigError(f"UPSTREAM_FORMAT={fmt!r}; expected one of {', '.join(DIALECTS)}")
+        try:
+            dialect = dialect_named((text("UPSTREAM_FORMAT") or "openai").lower())
+        except ValueError as e:
+            raise ConfigError(f"UPSTREAM_FORMAT: {e}") from None
         template = text("PROMPT_TEMPLATE")
         if template is not None:
             try:
@@ -103,10 +114,19 @@ class Config:
             except (KeyError, ValueError) as e:
                 raise ConfigError(f"PROMPT_TEMPLATE={template!r}: {e}") from None
         limit = number("MAX_TOKENS_LIMIT", None, minimum=1)
-        pad = int(number("SSE_PAD_BYTES", 0) or 0)
-        if 0 < pad < 5:
+        prompt_limit = number("MAX_PROMPT_CHARS", None, minimum=1)
+        extra_fields = frozenset(f.strip() for f in env.get("EXTRA_REQUEST_FIELDS", "").split(",") if f.strip())
+        shadowed = sorted(extra_fields & OPENAI_FIELDS)
+        if shadowed:
             raise ConfigError(
-                "SSE_PAD_BYTES must be 0 or at least 5 (an SSE comment needs ': ', padding and a blank line)"
+                f"EXTRA_REQUEST_FIELDS names OpenAI's own request fields ({', '.join(shadowed)}): "
+                "those are validated and placed per dialect already; list only vendor extras such as top_k"
+            )
+        pad = int(number("SSE_PAD_BYTES", 0) or 0)
+        if 0 < pad < MIN_PAD_BYTES:
+            raise ConfigError(
+                f"SSE_PAD_BYTES={pad} must be 0 or at least {MIN_PAD_BYTES} "
+                "(an SSE comment: ':', padding, a blank line)"
             )
         auth_mode = (text("AUTH_MODE") or "iam").lower()
         if auth_mode not in AUTH_MODES:
@@ -120,12 +140,14 @@ class Config:
             )
         return cls(
             endpoint_name=endpoint,
-            upstream_format=fmt,
+            dialect=dialect,
             model_id=text("MODEL_ID") or endpoint,
             inference_component=text("INFERENCE_COMPONENT_NAME"),
             target_variant=text("TARGET_VARIANT"),
             max_tokens_limit=int(limit) if limit is not None else None,
             max_request_bytes=int(number("MAX_REQUEST_BYTES", 1024 * 1024, minimum=1) or 0),
+            max_prompt_chars=int(prompt_limit) if prompt_limit is not None else None,
+            extra_request_fields=extra_fields,
             prompt_template=template,
             sse_pad_bytes=pad,
             deadline_margin_ms=int(number("DEADLINE_MARGIN_MS", 3000) or 0),

@@ -15,18 +15,18 @@ A *dialect* is the body format a SageMaker model container speaks:
 
 A decoder is made per request by :func:`stream_decoder` and fed one record at a time (the text of one
 line, see :mod:`sagestream.lines`). Whatever the record, it either returns deltas or raises one of two
-:class:`~sagestream.errors.APIError` subclasses: :class:`DecodeError` when the record is not what the
-dialect promises, :class:`UpstreamStreamError` when the container itself reports an error.
+plain exceptions: :class:`DecodeError` when the record is not what the dialect promises,
+:class:`UpstreamStreamError` when the container itself reports an error. The statuses a client sees for
+them are given in one place, :func:`sagestream.upstream.error_from`.
 
 Example::
 
     >>> decoder = stream_decoder("tgi")
     >>> decoder.decode('{"index": 1, "token": {"id": 9, "text": "Hé", "special": false}}')
-    [Delta(content='Hé', role=None, finish_reason=None, usage=None)]
+    [Delta(content='Hé')]
     >>> last = '{"token": {"text": "</s>", "special": true}, "details": {"finish_reason": "eos_token",'
     >>> decoder.decode(last + ' "generated_tokens": 2, "input_length": 5}}')
-    [Delta(content='', role=None, finish_reason='stop', usage=Usage(prompt_tokens=5, completion_tokens=2, \
-total_tokens=7))]
+    [Delta(content='', finish_reason='stop', usage=Usage(prompt_tokens=5, completion_tokens=2, total_tokens=7))]
     >>> decoder.done
     True
 """
@@ -35,8 +35,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Literal, Protocol, cast, get_args
+from dataclasses import dataclass, field
+from typing import Any, Literal, NoReturn, Protocol, cast, get_args
 
 from sagestream import prompts
 from sagestream.errors import APIError
@@ -53,6 +53,7 @@ __all__ = [
     "UpstreamStreamError",
     "Usage",
     "decode_body",
+    "dialect_named",
     "stream_decoder",
     "upstream_body",
 ]
@@ -61,45 +62,106 @@ Dialect = Literal["openai", "tgi", "lmi"]
 DIALECTS: tuple[Dialect, ...] = get_args(Dialect)
 
 
+def dialect_named(name: str) -> Dialect:
+    """``name`` as a :data:`Dialect`; ``ValueError`` naming the known ones if it is none of them.
+
+    >>> dialect_named("tgi")
+    'tgi'
+    """
+    if name not in DIALECTS:
+        raise ValueError(f"Unknown dialect {name!r}; known dialects: {', '.join(DIALECTS)}.")
+    return name
+
+
 @dataclass(frozen=True, slots=True)
 class Usage:
-    prompt_tokens: int
+    """What an answer cost, as the container counted it; a count it did not give is ``None``, never 0."""
+
+    prompt_tokens: int | None
     completion_tokens: int
-    total_tokens: int
+    total_tokens: int | None
+    # The container's other usage fields as sent: completion_tokens_details (reasoning_tokens),
+    # prompt_tokens_details (cached_tokens), ...
+    details: dict[str, Any] = field(default_factory=dict, compare=True)
+
+    def __repr__(self) -> str:
+        more = f", details={self.details!r}" if self.details else ""
+        return (
+            f"Usage(prompt_tokens={self.prompt_tokens}, completion_tokens={self.completion_tokens}, "
+            f"total_tokens={self.total_tokens}{more})"
+        )
 
 
 @dataclass(frozen=True, slots=True)
 class Delta:
-    """One step of the answer: text to append, and, on the last steps, why it ended and what it cost."""
+    """One step of the answer, each field as the container sent it.
+
+    ``content`` is text to append; ``tool_calls`` the OpenAI ``delta.tool_calls`` fragments (index, id,
+    type, function name, argument pieces) untouched; ``reasoning_content`` / ``reasoning`` a reasoning
+    model's thoughts under the name its server uses; ``logprobs`` the choice's logprobs object;
+    ``extra`` any other delta field the container sent. On the last steps, why it ended and what it cost.
+    """
 
     content: str = ""
     role: str | None = None
     finish_reason: str | None = None
     usage: Usage | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    reasoning_content: str | None = None
+    reasoning: str | None = None
+    refusal: str | None = None
+    logprobs: dict[str, Any] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        # Only what the delta carries: most deltas are one field.
+        shown = [f"content={self.content!r}"]
+        for name in (
+            "role",
+            "finish_reason",
+            "usage",
+            "tool_calls",
+            "reasoning_content",
+            "reasoning",
+            "refusal",
+            "logprobs",
+        ):
+            value = getattr(self, name)
+            if value is not None:
+                shown.append(f"{name}={value!r}")
+        if self.extra:
+            shown.append(f"extra={self.extra!r}")
+        return f"Delta({', '.join(shown)})"
+
+    @property
+    def is_empty(self) -> bool:
+        """Nothing for the client: no text, no fragment, no end."""
+        return not (
+            self.content
+            or self.role
+            or self.finish_reason
+            or self.usage
+            or self.tool_calls
+            or self.reasoning_content
+            or self.reasoning
+            or self.refusal
+            or self.logprobs
+            or self.extra
+        )
 
 
-class DecodeError(APIError):
+class DecodeError(Exception):
     """The container sent something its dialect does not allow; the answer cannot be read on."""
 
     def __init__(self, message: str) -> None:
-        super().__init__(
-            502,
-            f"Unreadable answer from the model endpoint: {message}",
-            type="server_error",
-            code="upstream_decode_error",
-        )
+        super().__init__(f"Unreadable answer from the model endpoint: {message}")
 
 
-class UpstreamStreamError(APIError):
+class UpstreamStreamError(Exception):
     """The container said, in its answer, that generation failed (TGI and vLLM send this mid-stream)."""
 
     def __init__(self, message: str) -> None:
-        super().__init__(
-            502,
-            f"The model endpoint reported an error: {message}",
-            type="server_error",
-            code="upstream_error",
-        )
+        super().__init__(f"The model endpoint reported an error: {message}")
         self.upstream_message = message
 
 
@@ -166,37 +228,70 @@ def _raise_if_error(obj: Mapping[str, Any]) -> None:
 
 
 def _usage(value: Any, what: str) -> Usage | None:
+    """The container's usage; ``None`` when it says nothing about the completion's tokens."""
     if value is None:
         return None
     usage = _object(value, what)
-    prompt = _int(usage, "prompt_tokens", what) or 0
-    completion = _int(usage, "completion_tokens", what) or 0
+    prompt = _int(usage, "prompt_tokens", what)
+    completion = _int(usage, "completion_tokens", what)
     total = _int(usage, "total_tokens", what)
-    return Usage(prompt, completion, prompt + completion if total is None else total)
+    if completion is None:
+        return None
+    if total is None and prompt is not None:
+        total = prompt + completion
+    details = {k: v for k, v in usage.items() if k not in ("prompt_tokens", "completion_tokens", "total_tokens")}
+    return Usage(prompt, completion, total, details)
 
 
 # --- openai ----------------------------------------------------------------------------------------------
 
+# The delta (or message) fields the relay names; any other field the container sends goes in Delta.extra.
+_DELTA_FIELDS = ("content", "role", "tool_calls", "reasoning_content", "reasoning", "refusal")
 
-def _openai_choice(chunk: Mapping[str, Any]) -> tuple[str, str | None, str | None]:
-    """``(content, role, finish_reason)`` of the first choice; n is always 1 through the relay."""
+
+def _tool_calls(part: Mapping[str, Any], where: str) -> list[dict[str, Any]] | None:
+    calls = part.get("tool_calls")
+    if calls is None:
+        return None
+    if not isinstance(calls, list) or not all(isinstance(call, dict) for call in calls):
+        raise DecodeError(f"{where}.tool_calls is not a list of objects")
+    # vLLM sends [] on chunks that carry text; an empty list says nothing.
+    return cast(list[dict[str, Any]], calls) or None
+
+
+def _openai_choice(chunk: Mapping[str, Any], usage: Usage | None) -> Delta | None:
+    """The first choice of a chunk or answer as a delta; n is always 1 through the relay."""
     choices = chunk.get("choices")
     if choices is None:
-        return "", None, None
+        return None
     if not isinstance(choices, list):
         raise DecodeError("choices is not a list")
     if not choices:
-        return "", None, None
+        return None
     choice = _object(choices[0], "choices[0]")
     finish_reason = _str(choice, "finish_reason", "choices[0]")
     # TGI's Messages API before 2.0 put its own reasons (eos_token) in OpenAI's field.
     finish_reason = _FINISH_REASONS.get(finish_reason, finish_reason) if finish_reason else finish_reason
+    logprobs = choice.get("logprobs")
+    if logprobs is not None:
+        logprobs = _object(logprobs, "choices[0].logprobs")
     for key in ("delta", "message"):  # delta in chunks, message in a whole chat.completion
         if key in choice:
-            part = _object(choice[key] if choice[key] is not None else {}, f"choices[0].{key}")
             where = f"choices[0].{key}"
-            return _str(part, "content", where) or "", _str(part, "role", where), finish_reason
-    return _str(choice, "text", "choices[0]") or "", None, finish_reason
+            part = _object(choice[key] if choice[key] is not None else {}, where)
+            return Delta(
+                content=_str(part, "content", where) or "",
+                role=_str(part, "role", where),
+                finish_reason=finish_reason,
+                usage=usage,
+                tool_calls=_tool_calls(part, where),
+                reasoning_content=_str(part, "reasoning_content", where),
+                reasoning=_str(part, "reasoning", where),
+                refusal=_str(part, "refusal", where),
+                logprobs=logprobs,
+                extra={k: v for k, v in part.items() if k not in _DELTA_FIELDS and v is not None},
+            )
+    return Delta(_str(choice, "text", "choices[0]") or "", None, finish_reason, usage, logprobs=logprobs)
 
 
 class OpenAIStreamDecoder:
@@ -216,11 +311,9 @@ class OpenAIStreamDecoder:
             return []
         chunk = _object(_load(record), "chunk")
         _raise_if_error(chunk)
-        content, role, finish_reason = _openai_choice(chunk)
         usage = _usage(chunk.get("usage"), "usage")
-        if not content and role is None and finish_reason is None and usage is None:
-            return []
-        return [Delta(content, role, finish_reason, usage)]
+        delta = _openai_choice(chunk, usage) or Delta(usage=usage)
+        return [] if delta.is_empty else [delta]
 
 
 # --- tgi and lmi -----------------------------------------------------------------------------------------
@@ -234,21 +327,102 @@ def _details(details: Mapping[str, Any]) -> tuple[str, Usage | None]:
     generated = _int(details, "generated_tokens", "details")
     usage = None
     if generated is not None:
+        # TGI's streamed details say input_length; its whole answer does not, unless prefill is asked for.
         prompt = _int(details, "input_length", "details")
-        if prompt is None:
-            prefill = details.get("prefill")
-            prompt = len(prefill) if isinstance(prefill, list) else 0
-        usage = Usage(prompt, generated, prompt + generated)
+        if prompt is None and isinstance(details.get("prefill"), list) and details["prefill"]:
+            prompt = len(details["prefill"])
+        usage = Usage(prompt, generated, None if prompt is None else prompt + generated)
     return _FINISH_REASONS.get(reason or "", "stop"), usage
 
 
+@dataclass(frozen=True, slots=True)
+class LogprobsWanted:
+    """What the client asked of logprobs, for the dialects that send a logprob with every token."""
+
+    kind: Literal["chat", "completion"]
+    top: int = 0
+
+    @classmethod
+    def of(cls, request: ChatCompletionRequest | CompletionRequest | None) -> LogprobsWanted | None:
+        if isinstance(request, ChatCompletionRequest) and request.logprobs:
+            return cls("chat", request.top_logprobs or 0)
+        if isinstance(request, CompletionRequest) and request.logprobs is not None:
+            return cls("completion", request.logprobs)
+        return None
+
+
+def _token_logprob(token: Mapping[str, Any], where: str) -> float | None:
+    # TGI names it logprob, LMI log_prob.
+    value = token.get("logprob", token.get("log_prob"))
+    if value is not None and (not isinstance(value, int | float) or isinstance(value, bool)):
+        raise DecodeError(f"{where}.logprob is not a number")
+    return None if value is None else float(value)
+
+
+def _top_tokens(value: Any, where: str) -> list[tuple[str, float]]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise DecodeError(f"{where} is not a list")
+    tops = []
+    for n, top in enumerate(value):
+        top = _object(top, f"{where}[{n}]")
+        logprob = _token_logprob(top, f"{where}[{n}]")
+        if logprob is not None:
+            tops.append((_str(top, "text", f"{where}[{n}]") or "", logprob))
+    return tops
+
+
+class _LogprobsBuilder:
+    """OpenAI's logprobs objects from the per-token logprobs TGI and LMI send."""
+
+    __slots__ = ("offset", "wanted")
+
+    def __init__(self, wanted: LogprobsWanted) -> None:
+        self.wanted = wanted
+        self.offset = 0  # text_offset of completions: where each token starts in the answer
+
+    def of(self, tokens: list[tuple[str, float, list[tuple[str, float]]]]) -> dict[str, Any] | None:
+        if not tokens:
+            return None
+        if self.wanted.kind == "chat":
+            return {
+                "content": [
+                    {
+                        "token": text,
+                        "logprob": logprob,
+                        "bytes": list(text.encode()),
+                        "top_logprobs": [
+                            {"token": t, "logprob": lp, "bytes": list(t.encode())} for t, lp in tops[: self.wanted.top]
+                        ],
+                    }
+                    for text, logprob, tops in tokens
+                ],
+                "refusal": None,
+            }
+        offsets = []
+        for text, _, _ in tokens:
+            offsets.append(self.offset)
+            self.offset += len(text)
+        return {
+            "tokens": [text for text, _, _ in tokens],
+            "token_logprobs": [logprob for _, logprob, _ in tokens],
+            "top_logprobs": [dict(tops[: self.wanted.top]) for _, _, tops in tokens] if self.wanted.top else None,
+            "text_offset": offsets,
+        }
+
+
 class GenerateStreamDecoder:
-    """TGI ``generate_stream`` events and LMI jsonlines lines; the event with ``details`` ends."""
+    """TGI ``generate_stream`` events and LMI jsonlines lines; the event with ``details`` ends.
 
-    __slots__ = ("done",)
+    With ``logprobs`` the token's own logprob (and TGI's ``top_tokens``) become OpenAI's logprobs.
+    """
 
-    def __init__(self) -> None:
+    __slots__ = ("_logprobs", "done")
+
+    def __init__(self, logprobs: LogprobsWanted | None = None) -> None:
         self.done = False
+        self._logprobs = _LogprobsBuilder(logprobs) if logprobs is not None else None
 
     def decode(self, record: str) -> list[Delta]:
         record = record.strip()
@@ -261,39 +435,44 @@ class GenerateStreamDecoder:
         # Special tokens (</s>, <|eot_id|>) are the model's control text, never the answer's.
         if token.get("special") is True or token.get("special_token") is True:
             text = ""
+        logprobs = None
+        if self._logprobs is not None and text:
+            logprob = _token_logprob(token, "token")
+            if logprob is not None:
+                logprobs = self._logprobs.of([(text, logprob, _top_tokens(event.get("top_tokens"), "top_tokens"))])
         finish_reason = usage = None
         if event.get("details") is not None:
             finish_reason, usage = _details(_object(event["details"], "details"))
             self.done = True
         if not text and finish_reason is None:
             return []
-        return [Delta(text, None, finish_reason, usage)]
+        return [Delta(text, None, finish_reason, usage, logprobs=logprobs)]
 
 
-def stream_decoder(fmt: Dialect) -> StreamDecoder:
-    """A fresh decoder for one streamed answer in dialect ``fmt``."""
-    if fmt == "openai":
+def stream_decoder(dialect: Dialect, request: ChatCompletionRequest | CompletionRequest | None = None) -> StreamDecoder:
+    """A fresh decoder for one streamed answer in ``dialect`` to ``request`` (its logprobs wish)."""
+    if dialect_named(dialect) == "openai":
         return OpenAIStreamDecoder()
-    if fmt in ("tgi", "lmi"):
-        return GenerateStreamDecoder()
-    raise ValueError(f"Unknown dialect {fmt!r}; known dialects: {', '.join(DIALECTS)}.")
+    return GenerateStreamDecoder(LogprobsWanted.of(request))
 
 
 # --- whole answers ---------------------------------------------------------------------------------------
 
 
-def decode_body(fmt: Dialect, body: bytes) -> Delta:
+def decode_body(
+    dialect: Dialect, body: bytes, request: ChatCompletionRequest | CompletionRequest | None = None
+) -> Delta:
     """The whole answer of a non-streaming InvokeEndpoint call as one delta."""
-    if fmt not in DIALECTS:
-        raise ValueError(f"Unknown dialect {fmt!r}; known dialects: {', '.join(DIALECTS)}.")
+    dialect_named(dialect)
     data = _load(body)
-    if fmt == "openai":
+    if dialect == "openai":
         answer = _object(data, "answer")
         _raise_if_error(answer)
         if not isinstance(answer.get("choices"), list) or not answer["choices"]:
             raise DecodeError("answer has no choices")
-        content, role, finish_reason = _openai_choice(answer)
-        return Delta(content, role, finish_reason, _usage(answer.get("usage"), "usage"))
+        delta = _openai_choice(answer, _usage(answer.get("usage"), "usage"))
+        assert delta is not None  # choices is a non-empty list
+        return delta
     # TGI answers a one-element list; LMI a bare object unless it imitates TGI.
     if isinstance(data, list):
         if not data:
@@ -304,37 +483,140 @@ def decode_body(fmt: Dialect, body: bytes) -> Delta:
     text = _str(answer, "generated_text", "answer")
     if text is None:
         raise DecodeError("answer has no generated_text")
-    finish_reason = usage = None
+    finish_reason = usage = logprobs = None
     if answer.get("details") is not None:
-        finish_reason, usage = _details(_object(answer["details"], "details"))
-    return Delta(text, None, finish_reason, usage)
+        details = _object(answer["details"], "details")
+        finish_reason, usage = _details(details)
+        wanted = LogprobsWanted.of(request)
+        if wanted is not None:
+            logprobs = _LogprobsBuilder(wanted).of(_detail_tokens(details))
+    return Delta(text, None, finish_reason, usage, logprobs=logprobs)
+
+
+def _detail_tokens(details: Mapping[str, Any]) -> list[tuple[str, float, list[tuple[str, float]]]]:
+    """TGI's ``details.tokens`` (and ``top_tokens``) as ``(text, logprob, tops)``, special tokens left out."""
+    tokens = details.get("tokens")
+    if not isinstance(tokens, list):
+        return []
+    tops = details.get("top_tokens")
+    out = []
+    for n, token in enumerate(tokens):
+        token = _object(token, f"details.tokens[{n}]")
+        if token.get("special") is True:
+            continue
+        logprob = _token_logprob(token, f"details.tokens[{n}]")
+        if logprob is None:
+            continue
+        top = _top_tokens(tops[n], f"details.top_tokens[{n}]") if isinstance(tops, list) and n < len(tops) else []
+        out.append((_str(token, "text", f"details.tokens[{n}]") or "", logprob, top))
+    return out
 
 
 # --- requests --------------------------------------------------------------------------------------------
 
+_MESSAGES_API = (
+    "this endpoint's model container takes a prompt, not OpenAI's chat request; tool calling needs a "
+    "Messages-API container (TGI's Messages API, vLLM, SGLang or LMI's chat endpoint) deployed with "
+    "UPSTREAM_FORMAT=openai"
+)
+_NOT_CARRIED = "the model container's generate parameters have no such field"
+
+# Per field, for the prompt dialects: why a field the client set cannot be carried. A field listed
+# here is refused by name whatever its value, except the values that ask for nothing (_NO_OP).
+_REFUSED: dict[Dialect, dict[str, str]] = {
+    "tgi": {
+        "tools": _MESSAGES_API,
+        "tool_choice": _MESSAGES_API,
+        "parallel_tool_calls": _MESSAGES_API,
+        "functions": _MESSAGES_API,
+        "function_call": _MESSAGES_API,
+        "presence_penalty": _NOT_CARRIED + " (TGI has frequency_penalty and repetition_penalty)",
+        "logit_bias": _NOT_CARRIED,
+        "user": _NOT_CARRIED,
+        "metadata": _NOT_CARRIED,
+        "store": _NOT_CARRIED + " (nothing is stored)",
+        "audio": _NOT_CARRIED,
+        "modalities": _NOT_CARRIED,
+        "moderation": _NOT_CARRIED,
+        "prediction": _NOT_CARRIED,
+        "prompt_cache_key": _NOT_CARRIED,
+        "prompt_cache_options": _NOT_CARRIED,
+        "prompt_cache_retention": _NOT_CARRIED,
+        "safety_identifier": _NOT_CARRIED,
+        "service_tier": _NOT_CARRIED,
+        "verbosity": _NOT_CARRIED,
+        "web_search_options": _NOT_CARRIED,
+        "reasoning_effort": _NOT_CARRIED,
+        "best_of": _NOT_CARRIED + " when streaming",
+        "echo": _NOT_CARRIED,
+        "suffix": _NOT_CARRIED,
+    },
+}
+_REFUSED["lmi"] = {
+    **{k: v for k, v in _REFUSED["tgi"].items() if k != "presence_penalty"},
+    "top_logprobs": _NOT_CARRIED + " (LMI's stream carries each token's own logprob only)",
+    "response_format": _NOT_CARRIED + " (no guided decoding parameter in LMI's rolling-batch request)",
+    "best_of": _NOT_CARRIED,
+}
+# Values that ask for nothing a prompt container would do differently.
+_NO_OP: dict[str, tuple[Any, ...]] = {
+    "store": (False,),
+    "tool_choice": ("none",),
+    "modalities": (["text"],),
+    "top_logprobs": (0,),
+    "response_format": ({"type": "text"},),
+    "echo": (False,),
+    "best_of": (1,),
+}
+
+
+def _refuse(field: str, reason: str, dialect: Dialect) -> NoReturn:
+    raise APIError.invalid_request(
+        f"'{field}' is not supported by this endpoint (UPSTREAM_FORMAT={dialect}): {reason}.",
+        param=field,
+        code="unsupported_parameter",
+    )
+
 
 def upstream_body(
-    fmt: Dialect,
+    dialect: Dialect,
     request: ChatCompletionRequest | CompletionRequest,
     *,
     prompt_template: str | None,
     stream: bool,
     max_tokens_default: int | None,
 ) -> dict[str, Any]:
-    """The InvokeEndpoint body that asks the container in dialect ``fmt`` for ``request``.
+    """The InvokeEndpoint body that asks the container speaking ``dialect`` for ``request``.
 
-    ``prompt_template`` is a :mod:`sagestream.prompts` name, needed for chat on ``tgi`` and ``lmi``.
-    ``model`` is left out: each endpoint serves one model, and vLLM refuses a name it does not serve.
+    Every field the request carries is placed here or refused with a 400 naming it (the README's
+    "OpenAI compatibility" table says which, per dialect). ``prompt_template`` is a
+    :mod:`sagestream.prompts` name, needed for chat on ``tgi`` and ``lmi``. ``model`` is left out: each
+    endpoint serves one model, and vLLM refuses a name it does not serve.
+
+    Example::
+
+        >>> from sagestream.schema import parse_chat
+        >>> chat = parse_chat(b'{"messages": [{"role": "user", "content": "Hi"}], "tools": []}', max_tokens_limit=None)
+        >>> upstream_body("openai", chat, prompt_template=None, stream=True, max_tokens_default=None)
+        {'messages': [{'role': 'user', 'content': 'Hi'}], 'tools': [], 'stream': True}
+        >>> try:
+        ...     upstream_body("tgi", chat, prompt_template="chatml", stream=True, max_tokens_default=None)
+        ... except APIError as err:
+        ...     print(err.param)
+        tools
     """
     max_tokens = request.effective_max_tokens
     if max_tokens is None:
         max_tokens = max_tokens_default
-    if fmt == "openai":
+    if dialect_named(dialect) == "openai":
         return _openai_body(request, stream=stream, max_tokens=max_tokens)
-    if fmt not in ("tgi", "lmi"):
-        raise ValueError(f"Unknown dialect {fmt!r}; known dialects: {', '.join(DIALECTS)}.")
+    sent = request.sent()
+    for name, value in sent.items():
+        reason = _REFUSED[dialect].get(name)
+        if reason is not None and value not in _NO_OP.get(name, ()):
+            _refuse(name, reason, dialect)
     if isinstance(request, CompletionRequest):
-        prompt = request.prompt
+        prompt = request.prompt_text
     elif prompt_template is None:
         raise APIError.invalid_request(
             "This endpoint's model container takes a prompt, not chat messages, and no prompt template is "
@@ -344,6 +626,7 @@ def upstream_body(
             code="prompt_template_required",
         )
     else:
+        _check_templatable(request, dialect)
         prompt = prompts.template(prompt_template)(request.plain_messages())
     parameters: dict[str, Any] = {"details": True}  # details carry finish_reason and the token count
     if max_tokens is not None:
@@ -362,30 +645,100 @@ def upstream_body(
             parameters["do_sample"] = True
     if request.stop_sequences:
         # Same list, TGI's and LMI's names for it.
-        parameters["stop" if fmt == "tgi" else "stop_sequences"] = request.stop_sequences
+        parameters["stop" if dialect == "tgi" else "stop_sequences"] = request.stop_sequences
     if request.seed is not None:
         parameters["seed"] = request.seed
+    # Same name and meaning (OpenAI's range, -2..2) in TGI's and LMI's parameters.
+    if request.frequency_penalty is not None:
+        parameters["frequency_penalty"] = request.frequency_penalty
+    if request.presence_penalty is not None:  # lmi only: tgi refused it above
+        parameters["presence_penalty"] = request.presence_penalty
+    _logprobs_parameters(request, dialect, stream, parameters)
+    if isinstance(request, ChatCompletionRequest) and request.response_format is not None:
+        grammar = _grammar(request)
+        if grammar is not None:  # tgi only: lmi refused json formats above
+            parameters["grammar"] = grammar
+    # EXTRA_REQUEST_FIELDS (top_k, repetition_penalty, ...) are generate parameters for these containers.
+    parameters.update(request.vendor_fields)
     return {"inputs": prompt, "parameters": parameters, "stream": stream}
+
+
+def _check_templatable(request: ChatCompletionRequest, dialect: Dialect) -> None:
+    """A prompt template carries each message's role and text; refuse by name what it cannot."""
+    for n, message in enumerate(request.messages):
+        if message.role == "function":
+            _refuse(f"messages.{n}.role", "'function' messages belong to tool calling; " + _MESSAGES_API, dialect)
+        sent = message.model_dump(exclude_unset=True, exclude_none=True)
+        for name in sent:
+            if name in ("role", "content", "tool_call_id"):
+                continue
+            reason = (
+                _MESSAGES_API
+                if name in ("tool_calls", "function_call")
+                else "a prompt template carries only role and text"
+            )
+            _refuse(f"messages.{n}.{name}", reason, dialect)
+        if isinstance(message.content, list):
+            for m, part in enumerate(message.content):
+                if part.type != "text":
+                    _refuse(
+                        f"messages.{n}.content.{m}", f"a prompt template carries text only, not {part.type}", dialect
+                    )
+
+
+def _logprobs_parameters(
+    request: ChatCompletionRequest | CompletionRequest, dialect: Dialect, stream: bool, parameters: dict[str, Any]
+) -> None:
+    wanted = LogprobsWanted.of(request)
+    if wanted is None:
+        return
+    name = "logprobs"
+    if dialect == "lmi" and not stream:
+        _refuse(name, "LMI sends each token's logprob only in its stream; ask with stream=true", dialect)
+    if wanted.top:
+        if dialect == "lmi":
+            _refuse("top_logprobs" if wanted.kind == "chat" else name, _REFUSED["lmi"]["top_logprobs"], dialect)
+        # TGI's own name: the n most likely tokens at each step, sent as top_tokens.
+        parameters["top_n_tokens"] = wanted.top
+
+
+def _grammar(request: ChatCompletionRequest) -> dict[str, Any] | None:
+    """TGI's grammar for OpenAI's response_format: guided decoding to a JSON Schema."""
+    response_format = request.response_format
+    if response_format is None or response_format.type == "text":
+        return None
+    if response_format.type == "json_object":
+        return {"type": "json", "value": {"type": "object"}}
+    return {"type": "json", "value": response_format.json_schema.json_schema or {"type": "object"}}
+
+
+def _openai_message(message: Any) -> dict[str, Any]:
+    sent: dict[str, Any] = message.model_dump(mode="json", exclude_unset=True, by_alias=True)
+    if sent.get("role") == "developer":
+        # OpenAI's newer name for system; chat templates of open models know only system.
+        sent["role"] = "system"
+    if message.role != "assistant" and isinstance(message.content, list) and message.has_only_text:
+        # Plain-string content: every container's chat template reads it, not all read content parts.
+        sent["content"] = message.text
+    return sent
 
 
 def _openai_body(
     request: ChatCompletionRequest | CompletionRequest, *, stream: bool, max_tokens: int | None
 ) -> dict[str, Any]:
-    body: dict[str, Any]
+    # Everything the request validated is forwarded as the client sent it, save these.
+    body = request.sent()
+    for name in ("model", "max_tokens", "max_completion_tokens", "stream", "stream_options"):
+        body.pop(name, None)
     if isinstance(request, ChatCompletionRequest):
-        # Plain-string content: every container's chat template reads it, not all read content parts.
-        body = {"messages": [{"role": role, "content": text} for role, text in request.plain_messages()]}
+        body["messages"] = [_openai_message(message) for message in request.messages]
     else:
-        body = {"prompt": request.prompt}
+        body["prompt"] = request.prompt_text
     body["stream"] = stream
-    if stream and request.include_usage:
-        body["stream_options"] = {"include_usage": True}
-    optional = {
-        "max_tokens": max_tokens,
-        "temperature": request.temperature,
-        "top_p": request.top_p,
-        "stop": request.stop,
-        "seed": request.seed,
-    }
-    body.update((key, value) for key, value in optional.items() if value is not None)
+    if stream and request.stream_options is not None:
+        body["stream_options"] = request.sent()["stream_options"]
+    if max_tokens is not None:
+        # max_tokens is the name every OpenAI-compatible server knows; max_completion_tokens is newer.
+        body["max_tokens"] = max_tokens
+    body.update(request.vendor_fields)
     return body

@@ -16,6 +16,9 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+# The code of the function's own time limit: counted as a deadline stop, not as the endpoint failing.
+DEADLINE_EXCEEDED = "deadline_exceeded"
+
 
 class APIError(Exception):
     """An error with a client-visible status, type, code and (optionally) the request field at fault."""

@@ -3,12 +3,13 @@
 A SageMaker streaming answer is cut into PayloadParts wherever the container's writes and the
 event-stream framing happen to fall: inside a line, inside a multi-byte UTF-8 character. The
 :class:`LineSplitter` holds only the unfinished tail of the current line (so memory per stream is bounded
-by the longest line, DESIGN invariant 3) and looks at each byte once; :func:`decode_line` turns a
-complete line into text (invariant 4); :func:`sse_data` says which record, if any, a line carries, for
-SSE (``data: {...}``) and jsonlines (``{...}``) containers alike.
+by the longest line: invariant 3 of the README's "Architecture" section) and looks at each byte once;
+:func:`decode_line` turns a complete line into text (invariant 4); :func:`sse_data` gives the event data,
+if any, a line carries, for SSE (``data: {...}``) and jsonlines (``{...}``) containers alike.
 
-Each way the bytes can be wrong is its own exception, an :class:`~sagestream.errors.APIError` that can
-go to the client as is: :class:`LineTooLong`, :class:`UndecodableLine`.
+Each way the bytes can be wrong is its own exception carrying its data, :class:`LineTooLong` and
+:class:`UndecodableLine`; this module knows nothing of HTTP: :func:`sagestream.upstream.error_from` gives
+them the status a client sees.
 
 Example::
 
@@ -25,25 +26,20 @@ Example::
 
 from __future__ import annotations
 
-from sagestream.errors import APIError
-
 __all__ = ["LineError", "LineSplitter", "LineTooLong", "UndecodableLine", "decode_line", "sse_data"]
 
 DEFAULT_MAX_LINE_BYTES = 1 << 20
 
 
-class LineError(APIError):
+class LineError(Exception):
     """The upstream's bytes do not make acceptable lines. The model answered, the relay cannot read it."""
-
-    def __init__(self, message: str, *, code: str) -> None:
-        super().__init__(502, message, type="server_error", code=code)
 
 
 class LineTooLong(LineError):
     """A line grew past the cap; holding more would let one stream take the function's memory."""
 
     def __init__(self, limit: int) -> None:
-        super().__init__(f"The model endpoint sent a line longer than {limit} bytes.", code="upstream_line_too_long")
+        super().__init__(f"The model endpoint sent a line longer than {limit} bytes.")
         self.limit = limit
 
 
@@ -51,10 +47,8 @@ class UndecodableLine(LineError):
     """A complete line is not UTF-8."""
 
     def __init__(self, reason: str) -> None:
-        super().__init__(
-            f"The model endpoint sent a line that is not valid UTF-8 ({reason}).",
-            code="upstream_invalid_utf8",
-        )
+        super().__init__(f"The model endpoint sent a line that is not valid UTF-8 ({reason}).")
+        self.reason = reason
 
 
 class LineSplitter:
@@ -121,10 +115,10 @@ _IGNORED_FIELDS = frozenset({"event", "id", "retry"})
 
 
 def sse_data(line: str) -> str | None:
-    """The record a line carries, or ``None`` for lines that carry none.
+    """The event data a line carries, or ``None`` for lines that carry none.
 
     ``data:`` (with or without the space) gives what follows; blank lines, comments and the other SSE
-    fields give ``None``; anything else is a jsonlines record and is given back whole. One record per
+    fields give ``None``; anything else is a jsonlines line and is given back whole. One event per
     ``data:`` line is what every container sends, so multi-line ``data`` events are not joined.
     """
     if not line or line.startswith(":"):

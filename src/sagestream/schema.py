@@ -1,16 +1,26 @@
 """The OpenAI requests the relay accepts, validated into pydantic models before anything is sent upstream.
 
+The models mirror the openai SDK's request types (``openai.types.chat.completion_create_params`` and
+``openai.types.completion_create_params``) field for field: a request an SDK can build parses here, and a
+field the SDK does not know is refused with 400 naming it, as OpenAI's API does (``Unrecognized request
+argument supplied``). Vendor extras a container understands (vLLM's ``top_k``, ``min_p``,
+``repetition_penalty``, ``chat_template_kwargs``, ...) pass only when the deployment lists them in
+``EXTRA_REQUEST_FIELDS``; they are kept apart in :attr:`OpenAIRequest.vendor_fields`, unvalidated, for the
+dialect to place. Whether each field is forwarded, translated or refused is the dialect's decision
+(:func:`sagestream.dialects.upstream_body`), made before the endpoint is called.
+
 :func:`parse_chat` and :func:`parse_completion` take the raw request body and either return a model or
 raise an :class:`~sagestream.errors.APIError` with status 400, type ``invalid_request_error`` and, where a
 field is at fault, ``param`` set to its dotted path (``messages.0.role``). Every rejection is a 400 and
 never a 422: OpenAI's API answers wrong types, out-of-range values and a too-large ``max_tokens`` with
-400 ``invalid_request_error``, and its SDKs map 400 to ``BadRequestError``; one status for every
-invalid request is what clients are written against.
+400 ``invalid_request_error``, and its SDKs map 400 to ``BadRequestError``.
 
-What is checked, and why so strictly: JSON types are not coerced (``"max_tokens": "5"`` or ``true`` is
-rejected, as OpenAI does) so that what reaches the container is what the client meant. Unknown fields
-are ignored, so newer SDKs that send more fields keep working. ``stream_options`` is ignored when not
-streaming, rather than refused as OpenAI does, because some clients always send it.
+JSON types are not coerced (``"max_tokens": "5"`` or ``true`` is rejected, as OpenAI does) so that what
+reaches the container is what the client meant. ``stream_options`` is ignored when not streaming, rather
+than refused as OpenAI does, because some clients always send it. Limits that protect the endpoint:
+``stop`` takes at most 4 strings of at most :data:`MAX_STOP_CHARS` characters, and the prompt's text
+(every message's text, or ``prompt``) at most ``max_prompt_chars`` characters when the deployment sets
+``MAX_PROMPT_CHARS``.
 
 Example::
 
@@ -23,81 +33,331 @@ Example::
     ... except APIError as err:
     ...     print(err.status, err.param)
     400 messages.0.role
+    >>> try:
+    ...     parse_chat(b'{"messages": [{"role": "user", "content": "Hi"}], "top_k": 5}', max_tokens_limit=None)
+    ... except APIError as err:
+    ...     print(err.param, err.message)
+    top_k Unrecognized request argument supplied: top_k
+    >>> parse_chat(b'{"messages": [{"role": "user", "content": "Hi"}], "top_k": 5}', max_tokens_limit=None,
+    ...            extra_fields=frozenset({"top_k"})).vendor_fields
+    {'top_k': 5}
 """
 
 from __future__ import annotations
 
 import json
 import re
-from typing import Annotated, Literal, NoReturn, TypeVar
+from collections.abc import Collection, Mapping
+from typing import Annotated, Any, Literal, NoReturn, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, ValidationInfo, field_validator
 from pydantic_core import ErrorDetails
 
 from sagestream.errors import APIError
 
 __all__ = [
+    "MAX_STOP_CHARS",
+    "MAX_STOP_STRINGS",
+    "AssistantMessage",
     "ChatCompletionRequest",
     "ChatMessage",
     "CompletionRequest",
+    "ContentPart",
+    "FunctionTool",
+    "OpenAIRequest",
+    "ResponseFormat",
     "StreamOptions",
     "TextPart",
+    "ToolCall",
     "parse_chat",
     "parse_completion",
 ]
 
-Role = Literal["system", "developer", "user", "assistant", "tool"]
+MAX_STOP_STRINGS = 4
+"""OpenAI's own limit on ``stop``."""
+MAX_STOP_CHARS = 256
+"""Each stop string is matched against the text at every step; a long one costs the container on each token."""
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+
+class _Relayed(BaseModel):
+    """An object the relay passes on without reading inside it (OpenAI-platform options, JSON Schemas)."""
+
+    model_config = ConfigDict(strict=True, extra="allow", frozen=True)
+
+
+class _CacheBreakpoint(_Model):
+    mode: Literal["explicit"]
+    ttl: Literal["30m", "12h"] | None = None
 
 
 class TextPart(_Model):
-    """A content part; only text is relayed, the containers behind the relay read no images."""
-
     type: Literal["text"]
     text: str
+    prompt_cache_breakpoint: _CacheBreakpoint | None = None
 
 
-class ChatMessage(_Model):
-    role: Role
-    # None is what SDKs send back for an assistant turn that only called tools.
-    content: str | list[TextPart] | None = None
+class _ImageURL(_Model):
+    url: str
+    detail: Literal["auto", "low", "high", "original"] | None = None
+
+
+class ImagePart(_Model):
+    type: Literal["image_url"]
+    image_url: _ImageURL
+    prompt_cache_breakpoint: _CacheBreakpoint | None = None
+
+
+class _InputAudio(_Model):
+    data: str
+    format: Literal["wav", "mp3"]
+
+
+class AudioPart(_Model):
+    type: Literal["input_audio"]
+    input_audio: _InputAudio
+    prompt_cache_breakpoint: _CacheBreakpoint | None = None
+
+
+class _File(_Model):
+    file_data: str | None = None
+    file_id: str | None = None
+    filename: str | None = None
+
+
+class FilePart(_Model):
+    type: Literal["file"]
+    file: _File
+    prompt_cache_breakpoint: _CacheBreakpoint | None = None
+
+
+class RefusalPart(_Model):
+    type: Literal["refusal"]
+    refusal: str
+
+
+ContentPart = Annotated[TextPart | ImagePart | AudioPart | FilePart | RefusalPart, Field(discriminator="type")]
+
+
+class _FunctionCall(_Model):
+    name: str
+    arguments: str
+
+
+class ToolCall(_Model):
+    """An assistant turn's call, as the client sends the history back."""
+
+    id: str
+    type: Literal["function"]
+    function: _FunctionCall
+
+
+class _CustomCall(_Model):
+    name: str
+    input: str
+
+
+class CustomToolCall(_Model):
+    id: str
+    type: Literal["custom"]
+    custom: _CustomCall
+
+
+class _Message(_Model):
+    """What every message has: a role and content (a string, content parts or, for some, none)."""
+
+    @property
+    def _content(self) -> str | list[Any] | None:
+        content: str | list[Any] | None = getattr(self, "content", None)
+        return content
 
     @property
     def text(self) -> str:
-        if self.content is None:
+        """The text parts joined with newlines; ``""`` for none."""
+        content = self._content
+        if content is None:
             return ""
-        if isinstance(self.content, str):
-            return self.content
-        return "\n".join(part.text for part in self.content)
+        if isinstance(content, str):
+            return content
+        return "\n".join(part.text for part in content if isinstance(part, TextPart))
+
+    @property
+    def has_only_text(self) -> bool:
+        content = self._content
+        return not isinstance(content, list) or all(isinstance(p, TextPart) for p in content)
+
+
+class SystemMessage(_Message):
+    role: Literal["system", "developer"]
+    content: str | list[TextPart]
+    name: str | None = None
+
+
+class UserMessage(_Message):
+    role: Literal["user"]
+    content: str | list[ContentPart]
+    name: str | None = None
+
+
+class _AudioRef(_Model):
+    id: str
+
+
+class AssistantMessage(_Message):
+    role: Literal["assistant"]
+    # None is what SDKs send back for an assistant turn that only called tools.
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+    refusal: str | None = None
+    tool_calls: list[Annotated[ToolCall | CustomToolCall, Field(discriminator="type")]] | None = None
+    function_call: _FunctionCall | None = None
+    audio: _AudioRef | None = None
+    # What a reasoning model thought, sent back by clients that keep it (vLLM's and DeepSeek's names).
+    reasoning_content: str | None = None
+    reasoning: str | None = None
+
+
+class ToolMessage(_Message):
+    role: Literal["tool"]
+    content: str | list[TextPart]
+    tool_call_id: str
+
+
+class FunctionMessage(_Message):
+    role: Literal["function"]
+    content: str | None
+    name: str
+
+
+ChatMessage = Annotated[
+    SystemMessage | UserMessage | AssistantMessage | ToolMessage | FunctionMessage, Field(discriminator="role")
+]
+
+
+class _FunctionDefinition(_Model):
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class FunctionTool(_Model):
+    type: Literal["function"]
+    function: _FunctionDefinition
+
+
+class CustomTool(_Model):
+    type: Literal["custom"]
+    custom: _Relayed
+
+
+class _NamedFunction(_Model):
+    name: str
+
+
+class NamedToolChoice(_Model):
+    type: Literal["function"]
+    function: _NamedFunction
+
+
+class _NamedCustom(_Model):
+    name: str
+
+
+class NamedCustomToolChoice(_Model):
+    type: Literal["custom"]
+    custom: _NamedCustom
+
+
+class AllowedToolsChoice(_Model):
+    type: Literal["allowed_tools"]
+    allowed_tools: _Relayed
+
+
+ToolChoice = (
+    Literal["none", "auto", "required"]
+    | Annotated[NamedToolChoice | NamedCustomToolChoice | AllowedToolsChoice, Field(discriminator="type")]
+)
+
+
+class _JSONSchema(_Model):
+    name: str
+    description: str | None = None
+    # "schema" is also a BaseModel attribute; the alias keeps the wire name.
+    json_schema: dict[str, Any] | None = Field(default=None, alias="schema")
+    strict: bool | None = None
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True, populate_by_name=True)
+
+
+class ResponseFormatText(_Model):
+    type: Literal["text"]
+
+
+class ResponseFormatJSONObject(_Model):
+    type: Literal["json_object"]
+
+
+class ResponseFormatJSONSchema(_Model):
+    type: Literal["json_schema"]
+    json_schema: _JSONSchema
+
+
+ResponseFormat = Annotated[
+    ResponseFormatText | ResponseFormatJSONObject | ResponseFormatJSONSchema, Field(discriminator="type")
+]
 
 
 class StreamOptions(_Model):
-    include_usage: bool = False
+    include_usage: bool | None = None
+    include_obfuscation: bool | None = None
 
 
-class _Sampling(_Model):
+class _LegacyFunction(_Model):
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+
+
+class OpenAIRequest(_Model):
     """The fields both endpoints share, with OpenAI's ranges."""
 
     model: str | None = None
     max_tokens: Annotated[int, Field(ge=1)] | None = None
     temperature: Annotated[float, Field(ge=0, le=2)] | None = None
     top_p: Annotated[float, Field(ge=0, le=1)] | None = None
-    stop: str | Annotated[list[str], Field(max_length=4)] | None = None
-    stream: bool = False
+    stop: (
+        Annotated[str, Field(max_length=MAX_STOP_CHARS)]
+        | Annotated[list[Annotated[str, Field(max_length=MAX_STOP_CHARS)]], Field(max_length=MAX_STOP_STRINGS)]
+        | None
+    ) = None
+    stream: bool | None = False
     stream_options: StreamOptions | None = None
     seed: int | None = None
     user: str | None = None
     n: int | None = None
+    presence_penalty: Annotated[float, Field(ge=-2, le=2)] | None = None
+    frequency_penalty: Annotated[float, Field(ge=-2, le=2)] | None = None
+    # Token id (as a JSON object key) -> bias; OpenAI's range.
+    logit_bias: dict[str, Annotated[int, Field(ge=-100, le=100)]] | None = None
+
+    _vendor_fields: dict[str, Any] = PrivateAttr(default_factory=dict)
 
     @field_validator("n")
     @classmethod
     def _one_choice(cls, n: int | None) -> int | None:
+        # One choice per answer is what the relay carries: each delta is the first choice's.
         if n is not None and n != 1:
             raise ValueError("only n=1 is supported")
         return n
+
+    @property
+    def vendor_fields(self) -> dict[str, Any]:
+        """The ``EXTRA_REQUEST_FIELDS`` the client sent, as sent."""
+        return dict(self._vendor_fields)
 
     @property
     def effective_max_tokens(self) -> int | None:
@@ -112,13 +372,55 @@ class _Sampling(_Model):
 
     @property
     def include_usage(self) -> bool:
-        return self.stream and self.stream_options is not None and self.stream_options.include_usage
+        return bool(self.stream) and self.stream_options is not None and bool(self.stream_options.include_usage)
+
+    def sent(self) -> dict[str, Any]:
+        """The fields the client sent with a value (not null), as JSON values under their wire names."""
+        data = self.model_dump(mode="json", exclude_unset=True, by_alias=True)
+        return {key: value for key, value in data.items() if value is not None}
+
+    def prompt_chars(self) -> int:
+        raise NotImplementedError
 
 
-class ChatCompletionRequest(_Sampling):
+# The SDK's Literal values for the OpenAI-platform options; anything else is refused as OpenAI refuses it.
+ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
+
+
+class ChatCompletionRequest(OpenAIRequest):
     messages: list[ChatMessage]
     # OpenAI's newer name for max_tokens; when both are sent it wins, as it does at OpenAI.
     max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
+    tools: list[Annotated[FunctionTool | CustomTool, Field(discriminator="type")]] | None = None
+    tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+    functions: list[_LegacyFunction] | None = None
+    function_call: Literal["none", "auto"] | _NamedFunction | None = None
+    response_format: ResponseFormat | None = None
+    logprobs: bool | None = None
+    top_logprobs: Annotated[int, Field(ge=0, le=20)] | None = None
+    reasoning_effort: ReasoningEffort | None = None
+    metadata: dict[str, Annotated[str, Field(max_length=512)]] | None = None
+    store: bool | None = None
+    audio: _Relayed | None = None
+    modalities: list[Literal["text", "audio"]] | None = None
+    moderation: _Relayed | None = None
+    prediction: _Relayed | None = None
+    prompt_cache_key: str | None = None
+    prompt_cache_options: _Relayed | None = None
+    prompt_cache_retention: Literal["in_memory", "24h"] | None = None
+    safety_identifier: str | None = None
+    service_tier: Literal["auto", "default", "flex", "scale", "priority", "fast"] | None = None
+    verbosity: Literal["low", "medium", "high"] | None = None
+    web_search_options: _Relayed | None = None
+
+    @field_validator("top_logprobs")
+    @classmethod
+    def _with_logprobs(cls, top: int | None, info: ValidationInfo) -> int | None:
+        # As OpenAI: top_logprobs is a detail of logprobs, not a way to ask for them.
+        if top and info.data.get("logprobs") is not True:
+            raise ValueError("'logprobs' must be true when 'top_logprobs' is set")
+        return top
 
     @property
     def effective_max_tokens(self) -> int | None:
@@ -131,40 +433,76 @@ class ChatCompletionRequest(_Sampling):
         """
         return [("system" if m.role == "developer" else m.role, m.text) for m in self.messages]
 
-
-class CompletionRequest(_Sampling):
-    prompt: str
-
-
-_RequestT = TypeVar("_RequestT", bound=_Sampling)
-
-# The names pydantic puts in an error's location that are not fields: union members ("str",
-# "list[TextPart]") and validator tags. Only real field names and list indexes make the param.
-_FIELD_NAMES = frozenset(
-    name
-    for model in (ChatCompletionRequest, CompletionRequest, ChatMessage, TextPart, StreamOptions)
-    for name in model.model_fields
-)
+    def prompt_chars(self) -> int:
+        total = 0
+        for message in self.messages:
+            total += len(message.text)
+            if isinstance(message, AssistantMessage) and message.tool_calls:
+                total += sum(len(c.function.arguments) for c in message.tool_calls if isinstance(c, ToolCall))
+        return total
 
 
-def parse_chat(body: bytes, *, max_tokens_limit: int | None) -> ChatCompletionRequest:
+class CompletionRequest(OpenAIRequest):
+    # LangChain's OpenAI LLM sends a one-element list; token-id prompts are not text a template can carry.
+    prompt: str | Annotated[list[str], Field(min_length=1)]
+    best_of: int | None = None
+    echo: bool | None = None
+    logprobs: Annotated[int, Field(ge=0, le=5)] | None = None
+    suffix: str | None = None
+
+    @field_validator("prompt")
+    @classmethod
+    def _one_prompt(cls, prompt: str | list[str]) -> str | list[str]:
+        if isinstance(prompt, list) and len(prompt) > 1:
+            raise ValueError(
+                f"{len(prompt)} prompts were sent; this endpoint completes one prompt per request "
+                "(send a string or a one-element list)"
+            )
+        return prompt
+
+    @property
+    def prompt_text(self) -> str:
+        return self.prompt if isinstance(self.prompt, str) else self.prompt[0]
+
+    def prompt_chars(self) -> int:
+        return len(self.prompt_text)
+
+
+_RequestT = TypeVar("_RequestT", bound=OpenAIRequest)
+
+
+def parse_chat(
+    body: bytes,
+    *,
+    max_tokens_limit: int | None,
+    extra_fields: Collection[str] = frozenset(),
+    max_prompt_chars: int | None = None,
+) -> ChatCompletionRequest:
     """A ``/v1/chat/completions`` body as a request, or a 400 :class:`APIError` saying what is wrong."""
-    request = _parse(ChatCompletionRequest, body)
+    request = _parse(ChatCompletionRequest, body, extra_fields)
     if not request.messages:
         raise APIError.invalid_request("'messages' must contain at least one message.", param="messages")
     name = "max_completion_tokens" if request.max_completion_tokens is not None else "max_tokens"
     _check_max_tokens(request, name, max_tokens_limit)
+    _check_prompt_size(request, "messages", max_prompt_chars)
     return request
 
 
-def parse_completion(body: bytes, *, max_tokens_limit: int | None) -> CompletionRequest:
+def parse_completion(
+    body: bytes,
+    *,
+    max_tokens_limit: int | None,
+    extra_fields: Collection[str] = frozenset(),
+    max_prompt_chars: int | None = None,
+) -> CompletionRequest:
     """A ``/v1/completions`` body as a request, or a 400 :class:`APIError` saying what is wrong."""
-    request = _parse(CompletionRequest, body)
+    request = _parse(CompletionRequest, body, extra_fields)
     _check_max_tokens(request, "max_tokens", max_tokens_limit)
+    _check_prompt_size(request, "prompt", max_prompt_chars)
     return request
 
 
-def _parse(model: type[_RequestT], body: bytes) -> _RequestT:
+def _parse(model: type[_RequestT], body: bytes, extra_fields: Collection[str]) -> _RequestT:
     try:
         # NaN and Infinity are not JSON; refusing them here keeps them out of every number field.
         data = json.loads(body, parse_constant=_reject_constant)
@@ -180,12 +518,16 @@ def _parse(model: type[_RequestT], body: bytes) -> _RequestT:
         raise APIError.invalid_request(
             "The request body is not valid JSON (a \\u escape is an unpaired UTF-16 surrogate).", code="invalid_json"
         )
+    # A vendor extra is one the deployment allows and OpenAI's request does not define.
+    vendor = {key: data.pop(key) for key in list(data) if key in extra_fields and key not in model.model_fields}
     try:
-        return model.model_validate(data)
+        request = model.model_validate(data)
     except ValidationError as exc:
-        raise _invalid(exc.errors(include_url=False, include_input=False)) from None
+        raise _invalid(exc.errors(include_url=False, include_input=False), data) from None
     except RecursionError:
         raise APIError.invalid_request("The request body is nested too deeply.", code="invalid_json") from None
+    request._vendor_fields = vendor
+    return request
 
 
 def _has_lone_surrogate(data: object) -> bool:
@@ -212,15 +554,42 @@ def _reason(exc: BaseException) -> str:
     return str(exc)
 
 
-def _param(error: ErrorDetails) -> str:
-    return ".".join(str(part) for part in error["loc"] if isinstance(part, int) or part in _FIELD_NAMES)
+def _param(error: ErrorDetails, data: Any) -> str:
+    """The dotted path of the error in the request as sent.
+
+    pydantic's location also holds union members (``str``, ``list[...]``) and discriminator tags
+    (``user``); walking the request itself keeps only the keys and indexes the client wrote.
+    """
+    parts: list[str] = []
+    here: Any = data
+    loc = error["loc"]
+    for i, part in enumerate(loc):
+        if isinstance(part, int) and isinstance(here, list) and 0 <= part < len(here):
+            parts.append(str(part))
+            here = here[part]
+        elif isinstance(part, str) and isinstance(here, Mapping) and part in here:
+            parts.append(part)
+            here = here[part]
+        elif isinstance(part, str) and error["type"] == "missing" and i == len(loc) - 1:
+            parts.append(part)  # a missing field is not in the request: name it all the same
+    if error["type"] in ("union_tag_invalid", "union_tag_not_found"):
+        # The tag itself is at fault (a role or part type no member has): name its field.
+        parts.append(str(error.get("ctx", {}).get("discriminator", "")).strip("'"))
+    return ".".join(parts)
 
 
-def _invalid(errors: list[ErrorDetails]) -> APIError:
+def _invalid(errors: list[ErrorDetails], data: Any) -> APIError:
+    unknown = [_param(error, data) for error in errors if error["type"] == "extra_forbidden"]
+    if unknown:
+        # OpenAI's own words for a field it does not define.
+        name = min(unknown, key=lambda p: (p.count("."), p))
+        return APIError.invalid_request(
+            f"Unrecognized request argument supplied: {name}", param=name, code="unknown_parameter"
+        )
     # The deepest location is the most specific: for a list of content parts with a bad part it is the
     # part's field, not "content should be a string" from the other member of the union.
-    param = max((_param(error) for error in errors), key=lambda p: p.count(".") + bool(p))
-    here = [error for error in errors if _param(error) == param]
+    param = max((_param(error, data) for error in errors), key=lambda p: p.count(".") + bool(p))
+    here = [error for error in errors if _param(error, data) == param]
     if any(error["type"] == "missing" for error in here):
         return APIError.invalid_request(
             f"Missing required parameter: '{param}'.", param=param, code="missing_required_parameter"
@@ -238,11 +607,21 @@ def _invalid(errors: list[ErrorDetails]) -> APIError:
     )
 
 
-def _check_max_tokens(request: _Sampling, name: str, limit: int | None) -> None:
+def _check_max_tokens(request: OpenAIRequest, name: str, limit: int | None) -> None:
     wanted = request.effective_max_tokens
     if limit is not None and wanted is not None and wanted > limit:
         raise APIError.invalid_request(
             f"{name} is too large: {wanted}. This endpoint supports at most {limit} completion tokens.",
             param=name,
             code="max_tokens_exceeded",
+        )
+
+
+def _check_prompt_size(request: OpenAIRequest, name: str, limit: int | None) -> None:
+    size = request.prompt_chars()
+    if limit is not None and size > limit:
+        raise APIError.invalid_request(
+            f"The prompt is {size} characters; this endpoint takes at most {limit} (MAX_PROMPT_CHARS).",
+            param=name,
+            code="prompt_too_long",
         )

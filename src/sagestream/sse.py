@@ -1,14 +1,19 @@
 """Deltas to OpenAI's streaming wire format: ``data: {chunk}\\n\\n`` events, then ``data: [DONE]\\n\\n``.
 
 One :class:`ChunkEncoder` per response. It returns bytes and writes nothing, so each event is exactly
-one ``stream.write`` for the caller (and so one HTTP chunk, DESIGN invariant 1). The chunks are what
-OpenAI sends, field for field, for ``chat.completion.chunk`` and streamed ``text_completion``: the
+one write for the caller (and so one HTTP chunk: invariant 1 of the README's "Architecture" section).
+The chunks are what OpenAI sends, field for field, for ``chat.completion.chunk`` and streamed ``text_completion``: the
 first chat chunk carries ``delta.role = "assistant"``; with ``stream_options.include_usage`` every chunk
 has ``"usage": null`` and a last chunk with ``choices: []`` carries the usage (sent only when the
-container reported one: the relay does not count tokens itself). :func:`completion_json` builds the
-non-streaming ``chat.completion`` / ``text_completion`` object.
+container reported one: the relay does not count tokens itself). Every other field of the container's
+delta (tool call fragments, ``reasoning_content`` / ``reasoning``, ``refusal``, logprobs) goes out as it
+came, in the chunk of the delta that carried it; only ``id``, ``created`` and ``model`` are the relay's
+own, one of each per response. :func:`completion_json` builds the non-streaming ``chat.completion`` /
+``text_completion`` object. :func:`error_event` is the one SSE error event: an error after the first
+byte, in OpenAI's shape, after which no ``[DONE]`` follows.
 
-``pad_bytes`` puts an SSE comment of that many bytes after each delta event. Clients ignore comments;
+``pad_bytes`` (0, or at least :data:`MIN_PAD_BYTES`) puts an SSE comment of that many bytes after each
+delta event. Clients ignore comments;
 intermediaries that hold small writes back until some kilobytes have gathered pass them on at once.
 
 Example::
@@ -33,13 +38,14 @@ from typing import Any, Literal
 from sagestream.dialects import Delta, Usage
 from sagestream.errors import APIError
 
-__all__ = ["DONE", "ChunkEncoder", "Kind", "completion_json"]
+__all__ = ["DONE", "MIN_PAD_BYTES", "ChunkEncoder", "Kind", "completion_json", "error_event"]
 
 Kind = Literal["chat", "completion"]
 
 DONE = b"data: [DONE]\n\n"
 
-_MIN_PAD = len(b": \n\n")
+# The smallest SSE comment: a colon, one space of padding, and the blank line that ends it.
+MIN_PAD_BYTES = len(b": \n\n")
 
 
 def _dumps(obj: Any) -> bytes:
@@ -50,12 +56,34 @@ def _event(obj: Any) -> bytes:
     return b"data: " + _dumps(obj) + b"\n\n"
 
 
-def _usage(usage: Usage) -> dict[str, int]:
-    return {
+def error_event(err: APIError) -> bytes:
+    """The SSE event for an error after the first byte: OpenAI's error shape in one ``data:`` event.
+
+    >>> error_event(APIError.upstream(502, "model died", code="upstream_error"))[:33]
+    b'data: {"error":{"message":"model '
+    """
+    return b"data: " + err.json_bytes() + b"\n\n"
+
+
+def _usage(usage: Usage) -> dict[str, Any]:
+    """OpenAI's usage object; a count the container did not give is left out rather than sent as 0."""
+    counts = {
         "prompt_tokens": usage.prompt_tokens,
         "completion_tokens": usage.completion_tokens,
         "total_tokens": usage.total_tokens,
     }
+    return {**{k: v for k, v in counts.items() if v is not None}, **usage.details}
+
+
+def _delta_fields(delta: Delta) -> dict[str, Any]:
+    """The delta's fields other than role and content, each as the container sent it."""
+    fields: dict[str, Any] = {
+        "reasoning_content": delta.reasoning_content,
+        "reasoning": delta.reasoning,
+        "refusal": delta.refusal,
+        "tool_calls": delta.tool_calls,
+    }
+    return {**{k: v for k, v in fields.items() if v is not None}, **delta.extra}
 
 
 def _new_id(kind: Kind) -> str:
@@ -75,8 +103,8 @@ class ChunkEncoder:
         id: str | None = None,
         created: int | None = None,
     ) -> None:
-        if pad_bytes and pad_bytes < _MIN_PAD:
-            raise ValueError(f"pad_bytes must be 0 or at least {_MIN_PAD}")
+        if pad_bytes and pad_bytes < MIN_PAD_BYTES:
+            raise ValueError(f"pad_bytes must be 0 or at least {MIN_PAD_BYTES}")
         if kind not in ("chat", "completion"):
             raise ValueError(f"kind must be 'chat' or 'completion', not {kind!r}")
         self.model = model
@@ -95,18 +123,20 @@ class ChunkEncoder:
             self.usage = delta.usage
         first = not self._started
         if self.kind == "chat":
-            if not (first or delta.content or delta.finish_reason):
+            more = _delta_fields(delta)
+            if not (first or delta.content or delta.finish_reason or delta.logprobs or more):
                 return b""
             # Only the first chunk names the role, whatever the container repeats.
             body: dict[str, Any] = {"role": "assistant", "content": delta.content} if first else {}
             if delta.content and not first:
                 body["content"] = delta.content
+            body.update(more)
             choice: dict[str, Any] = {"index": 0, "delta": body}
         else:
-            if not (delta.content or delta.finish_reason):
+            if not (delta.content or delta.finish_reason or delta.logprobs):
                 return b""
             choice = {"index": 0, "text": delta.content}
-        choice["logprobs"] = None
+        choice["logprobs"] = delta.logprobs
         choice["finish_reason"] = delta.finish_reason
         self._started = True
         return _event(self._chunk([choice], None)) + self._padding
@@ -119,7 +149,7 @@ class ChunkEncoder:
 
     def error(self, err: APIError) -> bytes:
         """An error after the first byte: one data event in OpenAI's error shape; no ``[DONE]`` follows."""
-        return b"data: " + err.json_bytes() + b"\n\n"
+        return error_event(err)
 
     def _chunk(self, choices: list[dict[str, Any]], usage: Usage | None) -> dict[str, Any]:
         chunk: dict[str, Any] = {
@@ -146,13 +176,17 @@ def completion_json(
     """The non-streaming answer (``chat.completion`` or ``text_completion``) for a whole-body delta.
 
     A container that gave no finish reason stopped on its own, so ``finish_reason`` is then ``stop``.
+    The message keeps every field of the container's (tool calls, reasoning, refusal), and the choice
+    its logprobs; usage the container did not report is ``null``, never zeros.
     """
     choice: dict[str, Any] = {"index": 0}
     if kind == "chat":
-        choice["message"] = {"role": "assistant", "content": delta.content, "refusal": None}
+        # OpenAI's message has content null when the model only called tools.
+        content = None if delta.tool_calls and not delta.content else delta.content
+        choice["message"] = {"role": "assistant", "content": content, "refusal": None, **_delta_fields(delta)}
     else:
         choice["text"] = delta.content
-    choice["logprobs"] = None
+    choice["logprobs"] = delta.logprobs
     choice["finish_reason"] = delta.finish_reason or "stop"
     return _dumps(
         {

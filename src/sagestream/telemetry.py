@@ -1,12 +1,16 @@
 """What operators see of each invocation: one JSON log record, one set of EMF metrics, an optional trace.
 
-Made once per execution environment (Powertools Logger, Metrics and, when enabled, Tracer); each
-invocation is told to it through the :class:`~sagestream.app.StreamRecord` it filled in. The handler
-streams, so Powertools' decorators, which flush when the handler *function* returns, do not fit the
-``handler(event, stream, context)`` signature: :meth:`Telemetry.finish` is called by the handler once the
-response stream has been closed, also when the invocation failed, and never raises.
+Two pure builders make both from the invocation's :class:`~sagestream.record.StreamRecord`:
+:func:`invocation_fields` (the log record's fields) and :func:`invocation_metrics` (the EMF records, as
+Powertools serialises them). :class:`Telemetry` is the thin writer around them, made once per execution
+environment (Powertools Logger and, when enabled, Tracer). The handler streams, so Powertools'
+decorators, which flush when the handler *function* returns, do not fit the ``handler(event, stream,
+context)`` signature: :meth:`Telemetry.finish` is called by the handler once the response stream has been
+closed, also when the invocation failed, and never raises. Whether the invocation is the execution
+environment's first is Powertools' own cold-start flag (which knows provisioned concurrency).
 
-The log record (``"message": "invocation"``) has ``function_request_id`` (Lambda's), ``url_request_id``
+The log record (``"message": "invocation"``) has ``function_request_id`` (Lambda's; every answer carries
+it as its ``x-request-id`` header), ``url_request_id``
 (the Function URL's ``requestContext.requestId``; both are on every record written during the
 invocation), ``method``, ``path``, ``status``, ``model``, ``endpoint``, ``dialect``, ``stream``,
 ``output_tokens``, ``ttft_ms``, ``upstream_ttfb_ms``, ``duration_ms``, ``itl_median_ms``, ``itl_max_ms``,
@@ -41,10 +45,14 @@ Environment variables read: ``POWERTOOLS_SERVICE_NAME`` (default ``sagestream``)
 
 Example::
 
-    >>> telemetry = Telemetry(Config(endpoint_name="my-llm"))          # doctest: +SKIP
-    >>> with telemetry.bind(event, context):                            # doctest: +SKIP
-    ...     ...  # handle the request, filling in a StreamRecord, close the stream
-    ...     telemetry.finish(record, event, context)
+    >>> from sagestream.record import StreamRecord
+    >>> record = StreamRecord(method="GET", path="/health", started=0.0)
+    >>> fields = invocation_fields(record, Config(endpoint_name="my-llm"), ended=0.004, cold_start=False)
+    >>> fields["status"], fields["duration_ms"], fields["ttft_ms"]
+    (200, 4.0, None)
+    >>> [m["Name"] for m in invocation_metrics(record, Labels("sagestream", "sagestream", {}), ended=0.004,
+    ...     request_id="r-1", function_name="f", cold_start=False)[0]["_aws"]["CloudWatchMetrics"][0]["Metrics"]]
+    ['ClientDisconnects', 'DeadlineStops']
 """
 
 from __future__ import annotations
@@ -52,28 +60,26 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import math
 import os
 import sys
 import time
 from collections.abc import Iterator, Mapping
-from typing import IO, TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import IO, Any
 
-from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools import Logger
 from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
 from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
 from aws_lambda_powertools.metrics.functions import is_metrics_disabled
+from aws_lambda_powertools.metrics.provider import cold_start
 
 from sagestream.config import Config
+from sagestream.errors import DEADLINE_EXCEEDED
+from sagestream.record import StreamRecord
 
-if TYPE_CHECKING:
-    from sagestream.app import StreamRecord
-    from sagestream.runtime import LambdaContext
+__all__ = ["DEFAULT_SERVICE", "Labels", "Telemetry", "invocation_fields", "invocation_metrics", "prompt_of"]
 
 DEFAULT_SERVICE = "sagestream"
-COMPLETION_ROUTES = ("/v1/chat/completions", "/v1/completions")
-# Codes of the function's own time limit: counted as DeadlineStops, not as the endpoint failing.
-_DEADLINE_CODES = ("deadline", "deadline_exceeded")
 
 _internal = logging.getLogger(__name__)
 
@@ -82,85 +88,136 @@ def _ms(start: float, end: float | None) -> float | None:
     return None if end is None else round((end - start) * 1000, 3)
 
 
-class Cadence:
-    """The gaps between consecutive delta writes, summarised in memory that does not grow with the stream.
+@dataclass(frozen=True, slots=True)
+class Labels:
+    """Where the metrics go: their namespace, the ``service`` dimension and the dimensions of every record."""
 
-    A stream may carry a million deltas (invariant 3): the maximum is exact, the median comes from
-    log-spaced buckets 1 % wide, so it is within 1 % of the true one.
+    namespace: str
+    service: str
+    dimensions: Mapping[str, str] = field(default_factory=dict)
 
-    >>> c = Cadence()
-    >>> for t in (0.0, 0.010, 0.020, 0.050):
-    ...     c.add(t)
-    >>> round(c.max_ms, 3), abs(c.median_ms - 10) < 0.1
-    (30.0, True)
+
+# --- the builders: the record in, what to write out --------------------------------------------------------
+
+
+def invocation_fields(record: StreamRecord, config: Config, *, ended: float, cold_start: bool) -> dict[str, Any]:
+    """The fields of the invocation's log record (``"message": "invocation"``)."""
+    cadence = record.cadence
+    fields: dict[str, Any] = {
+        "method": record.method,
+        "path": record.path,
+        "status": record.status,
+        "model": config.model_id,
+        "endpoint": config.endpoint_name,
+        "dialect": config.dialect,
+        "stream": record.streamed,
+        "output_tokens": record.output_tokens,
+        "ttft_ms": _ms(record.started, record.first_delta),
+        "upstream_ttfb_ms": _ms(record.started, record.upstream_first_byte),
+        "duration_ms": _ms(record.started, ended),
+        "itl_median_ms": round(cadence.median_ms, 3) if cadence.median_ms is not None else None,
+        "itl_max_ms": round(cadence.max_ms, 3) if cadence.max_ms is not None else None,
+        "finish_reason": record.finish_reason,
+        "error_type": record.error_type,
+        "error_code": record.error_code,
+        "client_disconnected": record.client_disconnected,
+        "deadline_stop": record.deadline_stop,
+        "cold_start": cold_start,
+    }
+    if config.auth_mode == "iam" and record.caller:
+        fields["caller"] = record.caller
+    if config.log_payloads:
+        fields["prompt"] = record.prompt
+        fields["completion"] = "".join(record.completion or ())
+    return fields
+
+
+def invocation_metrics(
+    record: StreamRecord,
+    labels: Labels,
+    *,
+    ended: float,
+    request_id: str,
+    function_name: str,
+    cold_start: bool,
+) -> list[dict[str, Any]]:
+    """The invocation's EMF records: its own; ``UpstreamErrors`` when the endpoint or the path to it failed;
+    ``ColdStart`` on an execution environment's first invocation. EMF dimensions are per record, hence three."""
+    blobs: list[dict[str, Any]] = []
+    if cold_start:
+        cold = EphemeralMetrics(namespace=labels.namespace, service=labels.service)
+        cold.add_dimension("function_name", function_name)
+        cold.add_metric("ColdStart", MetricUnit.Count, 1)
+        blobs.append(dict(cold.serialize_metric_set()))
+    main = EphemeralMetrics(namespace=labels.namespace, service=labels.service)
+    main.set_default_dimensions(**labels.dimensions)
+    ms = MetricUnit.Milliseconds
+    if record.first_delta is not None and record.streamed:
+        main.add_metric("TimeToFirstToken", ms, (record.first_delta - record.started) * 1000)
+    if record.upstream_first_byte is not None:
+        main.add_metric("UpstreamTimeToFirstByte", ms, (record.upstream_first_byte - record.started) * 1000)
+    cadence = record.cadence
+    if cadence.median_ms is not None and cadence.max_ms is not None:
+        main.add_metric("InterTokenLatencyMedian", ms, cadence.median_ms)
+        main.add_metric("InterTokenLatencyMax", ms, cadence.max_ms)
+    if record.kind is not None:
+        main.add_metric("OutputTokens", MetricUnit.Count, record.output_tokens)
+        main.add_metric("StreamDuration", ms, (ended - record.started) * 1000)
+    main.add_metric("ClientDisconnects", MetricUnit.Count, int(record.client_disconnected))
+    main.add_metric("DeadlineStops", MetricUnit.Count, int(record.deadline_stop))
+    main.add_metadata("function_request_id", request_id)
+    blobs.append(dict(main.serialize_metric_set()))
+    if record.upstream_started is not None and record.error_code and record.error_code != DEADLINE_EXCEEDED:
+        errors = EphemeralMetrics(namespace=labels.namespace, service=labels.service)
+        errors.set_default_dimensions(**labels.dimensions, ErrorType=record.error_code)
+        errors.add_metric("UpstreamErrors", MetricUnit.Count, 1)
+        blobs.append(dict(errors.serialize_metric_set()))
+    return blobs
+
+
+def prompt_of(body: bytes) -> Any:
+    """What the request asked: its ``messages`` or ``prompt`` (only ever logged with LOG_PAYLOADS=true).
+
+    >>> prompt_of(b'{"prompt": "Hi"}'), prompt_of(b"not json")
+    ('Hi', None)
     """
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    return data.get("messages", data.get("prompt"))
 
-    _STEP = math.log(1.01)
-    _FLOOR_MS = 0.001  # gaps below a microsecond share one bucket
 
-    __slots__ = ("_buckets", "_last", "count", "max_ms")
-
-    def __init__(self) -> None:
-        self.count = 0
-        self.max_ms: float | None = None
-        self._last: float | None = None
-        self._buckets: dict[int, int] = {}
-
-    def add(self, now: float) -> None:
-        last, self._last = self._last, now
-        if last is None:
-            return
-        gap = (now - last) * 1000
-        self.max_ms = gap if self.max_ms is None or gap > self.max_ms else self.max_ms
-        key = -1 if gap <= self._FLOOR_MS else int(math.log(gap / self._FLOOR_MS) / self._STEP)
-        self._buckets[key] = self._buckets.get(key, 0) + 1
-        self.count += 1
-
-    @property
-    def median_ms(self) -> float | None:
-        if not self.count or self.max_ms is None:
-            return None
-        seen, middle = 0, (self.count + 1) // 2
-        for key in sorted(self._buckets):
-            seen += self._buckets[key]
-            if seen >= middle:
-                value = 0.0 if key < 0 else self._FLOOR_MS * math.exp((key + 0.5) * self._STEP)
-                return min(value, self.max_ms)
-        return self.max_ms  # pragma: no cover - the counts always reach the middle
+# --- the writer ------------------------------------------------------------------------------------------
 
 
 class Telemetry:
-    """The Powertools objects of one execution environment and what each invocation reports to them."""
+    """The Powertools objects of one execution environment, and the writing of each invocation's record."""
 
     def __init__(self, config: Config, *, out: IO[str] | None = None) -> None:
         self.config = config
-        self.service = os.environ.get("POWERTOOLS_SERVICE_NAME") or DEFAULT_SERVICE
-        self.namespace = os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or DEFAULT_SERVICE
+        service = os.environ.get("POWERTOOLS_SERVICE_NAME") or DEFAULT_SERVICE
+        namespace = os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or DEFAULT_SERVICE
+        self.labels = Labels(namespace, service, {"endpoint": config.endpoint_name, "dialect": config.dialect})
         self._out = out
-        self.logger = Logger(service=self.service, stream=out)
-        if self.service != "sagestream":
+        self.logger = Logger(service=service, stream=out)
+        if service != DEFAULT_SERVICE:
             # sagestream's modules log to `sagestream.*`: give them the same JSON handler and level.
             logging.getLogger("sagestream")
             copy_config_to_registered_loggers(source_logger=self.logger, include={"sagestream"})
-        dimensions = {"endpoint": config.endpoint_name, "dialect": config.upstream_format}
-        self.metrics = Metrics(namespace=self.namespace, service=self.service)
-        self.metrics.set_default_dimensions(**dimensions)
-        self._dimensions = dimensions
         self.tracer: Any = None
         if config.tracing:
             # Imported only when enabled: the deployed artifact needs aws-xray-sdk only then.
             from aws_lambda_powertools import Tracer
 
-            self.tracer = Tracer(service=self.service, auto_patch=False)
-        self._cold_start = True
-
-    # --- during the invocation
+            self.tracer = Tracer(service=service, auto_patch=False)
 
     @contextlib.contextmanager
-    def bind(self, event: Mapping[str, Any], context: LambdaContext) -> Iterator[None]:
+    def bind(self, request_id: str, url_request_id: str | None) -> Iterator[None]:
         """Every record logged inside carries the Lambda and Function URL request ids; gone on exit."""
-        url_request_id = (event.get("requestContext") or {}).get("requestId")
-        with self.logger.append_context_keys(function_request_id=context.aws_request_id, url_request_id=url_request_id):
+        with self.logger.append_context_keys(function_request_id=request_id, url_request_id=url_request_id):
             yield
 
     @contextlib.contextmanager
@@ -174,7 +231,7 @@ class Telemetry:
             # None when the SDK is disabled (POWERTOOLS_TRACE_DISABLED, outside Lambda) or has no segment.
             if subsegment is not None:
                 subsegment.put_annotation("endpoint", self.config.endpoint_name)
-                subsegment.put_annotation("dialect", self.config.upstream_format)
+                subsegment.put_annotation("dialect", self.config.dialect)
             try:
                 yield
             finally:
@@ -183,120 +240,28 @@ class Telemetry:
                     if record.error_code:
                         subsegment.put_annotation("error_code", record.error_code)
 
-    # --- after the stream has ended
-
-    def finish(
-        self,
-        record: StreamRecord,
-        event: Mapping[str, Any],
-        context: LambdaContext,
-        *,
-        method: str = "",
-        path: str = "",
-        body: bytes = b"",
-    ) -> None:
+    def finish(self, record: StreamRecord, *, request_id: str, function_name: str) -> None:
         """Write the invocation's log record and its metrics. Call once, after the stream was closed."""
         ended = time.monotonic()
-        cold_start, self._cold_start = self._cold_start, False
+        first, cold_start.is_cold_start = cold_start.is_cold_start, False
         try:
-            self._log(record, event, ended, cold_start, method, path, body)
+            fields = invocation_fields(record, self.config, ended=ended, cold_start=first)
+            log = self.logger.warning if record.status >= 500 else self.logger.info
+            log("invocation", extra=fields)
         except Exception:
             _internal.exception("writing the invocation's log record failed")
-        try:
-            self._emit(record, context, ended, cold_start)
-        except Exception:
-            _internal.exception("writing the invocation's metrics failed")
-        finally:
-            self.metrics.clear_metrics()  # nothing of this invocation is left for the next one
-
-    def _log(
-        self,
-        record: StreamRecord,
-        event: Mapping[str, Any],
-        ended: float,
-        cold_start: bool,
-        method: str,
-        path: str,
-        body: bytes,
-    ) -> None:
-        cadence = record.cadence
-        fields: dict[str, Any] = {
-            "method": method,
-            "path": path,
-            "status": record.status,
-            "model": self.config.model_id,
-            "endpoint": self.config.endpoint_name,
-            "dialect": self.config.upstream_format,
-            "stream": record.stream,
-            "output_tokens": record.output_tokens,
-            "ttft_ms": _ms(record.started, record.first_delta),
-            "upstream_ttfb_ms": _ms(record.started, record.upstream_first_byte),
-            "duration_ms": _ms(record.started, ended),
-            "itl_median_ms": round(cadence.median_ms, 3) if cadence.median_ms is not None else None,
-            "itl_max_ms": round(cadence.max_ms, 3) if cadence.max_ms is not None else None,
-            "finish_reason": record.finish_reason,
-            "error_type": record.error_type,
-            "error_code": record.error_code,
-            "client_disconnected": record.client_disconnected,
-            "deadline_stop": record.deadline_stop,
-            "cold_start": cold_start,
-        }
-        if self.config.auth_mode == "iam":
-            iam = ((event.get("requestContext") or {}).get("authorizer") or {}).get("iam") or {}
-            if iam.get("userArn"):
-                fields["caller"] = iam["userArn"]
-        if self.config.log_payloads:
-            fields["prompt"] = _prompt_of(body)
-            fields["completion"] = "".join(record.completion or ())
-        if record.status >= 500:
-            self.logger.warning("invocation", extra=fields)
-        else:
-            self.logger.info("invocation", extra=fields)
-
-    def _emit(self, record: StreamRecord, context: LambdaContext, ended: float, cold_start: bool) -> None:
         if is_metrics_disabled():
             return
-        if cold_start:
-            cold = EphemeralMetrics(namespace=self.namespace, service=self.service)
-            cold.add_dimension("function_name", context.function_name)
-            cold.add_metric("ColdStart", MetricUnit.Count, 1)
-            self._write(cold.serialize_metric_set())
-        m = self.metrics
-        ms = MetricUnit.Milliseconds
-        if record.first_delta is not None and record.stream:
-            m.add_metric("TimeToFirstToken", ms, (record.first_delta - record.started) * 1000)
-        if record.upstream_first_byte is not None:
-            m.add_metric("UpstreamTimeToFirstByte", ms, (record.upstream_first_byte - record.started) * 1000)
-        cadence = record.cadence
-        if cadence.median_ms is not None and cadence.max_ms is not None:
-            m.add_metric("InterTokenLatencyMedian", ms, cadence.median_ms)
-            m.add_metric("InterTokenLatencyMax", ms, cadence.max_ms)
-        if record.route in COMPLETION_ROUTES:
-            m.add_metric("OutputTokens", MetricUnit.Count, record.output_tokens)
-            m.add_metric("StreamDuration", ms, (ended - record.started) * 1000)
-        m.add_metric("ClientDisconnects", MetricUnit.Count, int(record.client_disconnected))
-        m.add_metric("DeadlineStops", MetricUnit.Count, int(record.deadline_stop))
-        m.add_metadata("function_request_id", context.aws_request_id)
-        self._write(m.serialize_metric_set())
-        if record.upstream_started is not None and record.error_code and record.error_code not in _DEADLINE_CODES:
-            errors = EphemeralMetrics(namespace=self.namespace, service=self.service)
-            errors.set_default_dimensions(**self._dimensions, ErrorType=record.error_code)
-            errors.add_metric("UpstreamErrors", MetricUnit.Count, 1)
-            self._write(errors.serialize_metric_set())
+        try:
+            for blob in invocation_metrics(
+                record, self.labels, ended=ended, request_id=request_id, function_name=function_name, cold_start=first
+            ):
+                self._write(blob)
+        except Exception:
+            _internal.exception("writing the invocation's metrics failed")
 
     def _write(self, blob: Mapping[str, Any]) -> None:
         # One line each, flushed at once: Powertools' print() would sit in a block-buffered stdout.
         out = self._out or sys.stdout
         out.write(json.dumps(blob, separators=(",", ":")) + "\n")
         out.flush()
-
-
-def _prompt_of(body: bytes) -> Any:
-    """What the request asked: its ``messages`` or ``prompt`` (only ever logged with LOG_PAYLOADS=true)."""
-    try:
-        data = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        return None
-    if not isinstance(data, dict):
-        return None
-    return data.get("messages", data.get("prompt"))

@@ -1,19 +1,32 @@
-"""The SageMaker side: one boto3 client, and each PayloadPart handed on the moment its frame has arrived.
+"""The SageMaker side: one boto3 client, each PayloadPart handed on the moment its frame has arrived, and
+the one table that says what a client sees for every fault on the way to and from the endpoint.
 
 botocore's ``EventStream`` iterates ``raw.stream()``, which reads 64 KiB at a time: on a close-delimited
 response that holds every frame back until the block fills or the stream ends. Here the raw urllib3
 response is read with ``read1``, which returns whatever the socket has (chunked or not), and botocore's
 own ``EventStreamBuffer`` and parser turn those bytes into events, so that decoding stays botocore's.
 
-Every failure becomes an :class:`~sagestream.errors.APIError` with the status a client should see.
+The function's own time limit is an upstream fault like the others: :class:`PayloadParts` is given the
+deadline, bounds each socket read by the time left, and raises :class:`DeadlineReached` when it comes.
+No other thread is involved.
+
+:func:`error_from` is where faults get statuses: botocore's and urllib3's exceptions, SageMaker's error
+codes, the parsers' own exceptions (:mod:`sagestream.lines`, :mod:`sagestream.dialects`) and the deadline
+each map, by table, to an :class:`~sagestream.errors.APIError` in OpenAI's shape.
 
 Environment variables read: none directly (see :mod:`sagestream.config`); boto3 reads the usual AWS ones,
 ``AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME`` included.
 
 Example::
 
+    >>> from sagestream.lines import LineTooLong
+    >>> err = error_from(LineTooLong(1024))
+    >>> err.status, err.code
+    (502, 'upstream_line_too_long')
+    >>> error_from(DeadlineReached()).code
+    'deadline_exceeded'
     >>> client = make_client(Config(endpoint_name="my-llm"))            # doctest: +SKIP
-    >>> with open_stream(client, config, b'{"inputs": "Hi", "stream": true}') as parts:  # doctest: +SKIP
+    >>> with open_stream(client, config, body, deadline=time.monotonic() + 60) as parts:  # doctest: +SKIP
     ...     for payload in parts:
     ...         print(payload)
 """
@@ -21,9 +34,12 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
-import threading
-from collections.abc import Iterator
+import re
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
@@ -34,7 +50,11 @@ import botocore.exceptions
 import urllib3.exceptions
 
 from sagestream.config import Config
-from sagestream.errors import APIError
+from sagestream.dialects import DecodeError, UpstreamStreamError
+from sagestream.errors import DEADLINE_EXCEEDED, APIError
+from sagestream.lines import LineTooLong, UndecodableLine
+
+__all__ = ["DeadlineReached", "PayloadParts", "error_from", "invoke", "make_client", "open_stream"]
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +63,201 @@ _READ_SIZE = 64 * 1024
 _END_READ_BYTES = 1024
 _END_WAIT_S = 0.005
 _GENERIC_500 = "The server could not call the model endpoint. The operator can find the reason in the function's log."
+_MAX_MESSAGE = 1000
+
+
+class DeadlineReached(Exception):
+    """The function's time limit, less its margin, came before the endpoint's answer ended."""
+
+    def __init__(
+        self,
+        message: str = "The answer was cut short: the function reached its time limit. Ask for fewer tokens, "
+        "or raise the function timeout.",
+    ) -> None:
+        super().__init__(message)
+
+
+# --- what a client sees for each fault ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Fault:
+    """One row of the table: the status, code and message a fault becomes.
+
+    ``message`` may name ``{detail}``, the fault's own text (a parser's message, SageMaker's message).
+    ``private`` faults say nothing to the client and are logged for the operator instead.
+    """
+
+    status: int
+    code: str
+    message: str
+    headers: Mapping[str, str] = field(default_factory=dict)
+    private: bool = False
+
+    def error(self, detail: str) -> APIError:
+        if self.private:
+            logger.error("upstream call failed (%s): %s", self.code, detail)
+            return APIError.internal(_GENERIC_500)
+        message = self.message.format(detail=detail[:_MAX_MESSAGE])
+        return APIError.upstream(self.status, message, code=self.code, headers=self.headers)
+
+
+_RATE_LIMITED = _Fault(429, "rate_limited", "The model endpoint is busy. Retry after a moment.", {"Retry-After": "1"})
+_UNAVAILABLE = _Fault(503, "service_unavailable", "The model endpoint is not available right now.")
+_NO_ACCESS = _Fault(500, "internal_error", "", private=True)
+_FAILED = _Fault(502, "upstream_error", "The model endpoint failed. Try again.")
+
+# SageMaker's error codes (``Error.Code``) and HTTP statuses: the first row that names either one wins.
+_SERVICE_FAULTS: tuple[tuple[frozenset[str], frozenset[int], _Fault], ...] = (
+    (
+        frozenset({"ModelStreamError"}),
+        frozenset(),
+        _Fault(502, "model_stream_error", "The model failed while streaming: {detail}"),
+    ),
+    (
+        frozenset({"InternalStreamFailure"}),
+        frozenset(),
+        _Fault(502, "internal_stream_failure", "The endpoint's stream failed. Try again."),
+    ),
+    (frozenset({"ThrottlingException", "TooManyRequestsException"}), frozenset({429}), _RATE_LIMITED),
+    (frozenset({"ServiceUnavailable", "ModelNotReadyException"}), frozenset({503}), _UNAVAILABLE),
+    (
+        frozenset({"AccessDeniedException", "UnrecognizedClientException", "ExpiredTokenException"}),
+        frozenset({403}),
+        _NO_ACCESS,
+    ),
+    (frozenset({"InternalFailure"}), frozenset(range(500, 600)), _FAILED),
+)
+
+# Everything that is not SageMaker's own error answer, by exception class; the first matching row wins.
+_EXCEPTION_FAULTS: tuple[tuple[tuple[type[BaseException], ...], _Fault], ...] = (
+    ((DeadlineReached,), _Fault(504, DEADLINE_EXCEEDED, "{detail}")),
+    ((LineTooLong,), _Fault(502, "upstream_line_too_long", "{detail}")),
+    ((UndecodableLine,), _Fault(502, "upstream_invalid_utf8", "{detail}")),
+    ((DecodeError,), _Fault(502, "upstream_decode_error", "{detail}")),
+    ((UpstreamStreamError,), _Fault(502, "upstream_error", "{detail}")),
+    (
+        (botocore.exceptions.ReadTimeoutError, urllib3.exceptions.ReadTimeoutError, TimeoutError),
+        _Fault(504, "upstream_timeout", "The model endpoint did not answer in time."),
+    ),
+    (
+        (botocore.exceptions.ConnectTimeoutError,),
+        _Fault(504, "upstream_timeout", "Could not connect to the model endpoint in time."),
+    ),
+    ((botocore.exceptions.NoCredentialsError, botocore.exceptions.PartialCredentialsError), _NO_ACCESS),
+    ((botocore.eventstream.ParserError,), _Fault(502, "upstream_stream_corrupt", "The endpoint's stream was corrupt.")),
+    (
+        (
+            botocore.exceptions.EndpointConnectionError,
+            botocore.exceptions.ConnectionClosedError,
+            urllib3.exceptions.ProtocolError,
+            urllib3.exceptions.HTTPError,
+            botocore.exceptions.HTTPClientError,
+            ConnectionError,
+        ),
+        _Fault(502, "upstream_connection_error", "The connection to the model endpoint broke."),
+    ),
+)
+
+# A container's refusal that OpenAI would call context_length_exceeded (vLLM's, TGI's and LMI's wordings).
+_CONTEXT_LENGTH = re.compile(
+    r"context length|context_length|context window|maximum.{0,20}length|must be <= \d+|must have less than|"
+    r"too long|too many tokens|exceeds? the (?:model'?s? )?max",
+    re.IGNORECASE,
+)
+# What SageMaker adds around a container's message and a client must not see.
+_PRIVATE = re.compile(r"arn:aws[\w:/.-]*|\b\d{12}\b")
+
+
+def error_from(exc: BaseException) -> APIError:
+    """What a client sees for a fault on the way to, or from, the endpoint (an :class:`APIError` as is)."""
+    if isinstance(exc, APIError):
+        return exc
+    if isinstance(exc, botocore.exceptions.ClientError):
+        return _service_error(exc)
+    for types, fault in _EXCEPTION_FAULTS:
+        if isinstance(exc, types):
+            return fault.error(str(exc))
+    logger.exception("unexpected upstream failure", exc_info=exc)
+    return APIError.internal()
+
+
+def _service_error(exc: botocore.exceptions.ClientError) -> APIError:
+    error = exc.response.get("Error", {})
+    code = str(error.get("Code", ""))
+    message = str(error.get("Message", "") or exc)
+    status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+    special = _SPECIAL_CODES.get(code)
+    if special is not None:
+        return special(exc.response, message)
+    for codes, statuses, fault in _SERVICE_FAULTS:
+        if code in codes or status in statuses:
+            if fault.private:
+                logger.error("upstream access denied: %s", code)
+            return fault.error(message)
+    logger.error("unexpected upstream error %s (%s): %s", code, status, message)
+    return APIError.upstream(502, "The model endpoint answered with an error.", code="upstream_error")
+
+
+def _model_error(response: Mapping[str, Any], message: str) -> APIError:
+    """SageMaker's 424: the container answered with an error. A 4xx of the container stays a 4xx."""
+    original = str(response.get("OriginalMessage") or message)
+    try:
+        original_status = int(response.get("OriginalStatusCode") or 0)
+    except (TypeError, ValueError):
+        original_status = 0
+    said = _PRIVATE.sub("…", container_message(original))[:_MAX_MESSAGE]
+    if 400 <= original_status < 500:
+        code = "context_length_exceeded" if _CONTEXT_LENGTH.search(said) else "model_error"
+        return APIError.upstream(original_status, said, code=code)
+    return APIError.upstream(502, f"The model container returned an error: {said}", code="model_error")
+
+
+def _validation_error(response: Mapping[str, Any], message: str) -> APIError:
+    if "not found" in message.lower():
+        # SageMaker's message names the account and the endpoint; the client learns neither.
+        logger.error("upstream not found: %s", message)
+        return APIError.not_found("The model endpoint was not found.", code="endpoint_not_found")
+    return APIError.upstream(400, f"The endpoint rejected the request: {message}", code="upstream_validation_error")
+
+
+# SageMaker's error codes whose answer depends on more than the code.
+_SPECIAL_CODES: dict[str, Callable[[Mapping[str, Any], str], APIError]] = {
+    "ModelError": _model_error,
+    "ValidationError": _validation_error,
+}
+
+
+def container_message(text: str) -> str:
+    """The message inside a container's JSON error body, or ``text`` itself if it holds none.
+
+    vLLM sends ``{"object": "error", "message": ...}`` or ``{"error": {"message": ...}}``; TGI sends
+    ``{"error": "...", "error_type": "..."}``.
+
+    >>> container_message('{"object": "error", "message": "too long", "type": "BadRequestError"}')
+    'too long'
+    >>> container_message('{"error": "Input validation error", "error_type": "validation"}')
+    'Input validation error'
+    >>> container_message("plain text")
+    'plain text'
+    """
+    try:
+        body = json.loads(text)
+    except (ValueError, RecursionError):
+        return text
+    if not isinstance(body, dict):
+        return text
+    inner = body.get("error")
+    if isinstance(inner, dict) and isinstance(inner.get("message"), str):
+        return str(inner["message"])
+    if isinstance(inner, str):
+        return inner
+    if isinstance(body.get("message"), str):
+        return str(body["message"])
+    return text
+
+
+# --- the calls ---------------------------------------------------------------------------------------------
 
 
 def make_client(config: Config) -> Any:
@@ -53,6 +268,8 @@ def make_client(config: Config) -> Any:
             connect_timeout=config.connect_timeout_s,
             read_timeout=config.read_timeout_s,
             # Retries can only happen before the stream starts: botocore retries the call, not the stream.
+            # Standard mode retries throttling and 500/502/503/504 only, so a container's own refusal
+            # (ModelError, 424) reaches the client once, whatever UPSTREAM_MAX_ATTEMPTS says.
             # total_max_attempts counts the first call; botocore's max_attempts would count retries only.
             retries={"mode": "standard", "total_max_attempts": config.max_attempts},
             tcp_keepalive=True,
@@ -74,71 +291,6 @@ def _call_args(config: Config, body: bytes) -> dict[str, Any]:
     return args
 
 
-def error_from(exc: BaseException) -> APIError:
-    """What a client sees for a failure on the way to, or from, the endpoint."""
-    if isinstance(exc, APIError):
-        return exc
-    if isinstance(exc, botocore.exceptions.ClientError):
-        error = exc.response.get("Error", {})
-        code = str(error.get("Code", ""))
-        message = str(error.get("Message", "") or exc)
-        status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
-        if code == "ModelStreamError":
-            return APIError.upstream(502, f"The model failed while streaming: {message}", code="model_stream_error")
-        if code == "InternalStreamFailure":
-            return APIError.upstream(502, "The endpoint's stream failed. Try again.", code="internal_stream_failure")
-        if code == "ModelError":
-            original = exc.response.get("OriginalMessage") or message
-            return APIError.upstream(502, f"The model container returned an error: {original}", code="model_error")
-        if code in ("ThrottlingException", "TooManyRequestsException") or status == 429:
-            return APIError.upstream(
-                429,
-                "The model endpoint is busy. Retry after a moment.",
-                code="rate_limited",
-                headers={"Retry-After": "1"},
-            )
-        if code in ("ServiceUnavailable", "ModelNotReadyException") or status == 503:
-            return APIError.upstream(503, "The model endpoint is not available right now.", code="service_unavailable")
-        if code in ("AccessDeniedException", "UnrecognizedClientException", "ExpiredTokenException") or status == 403:
-            logger.error("upstream access denied: %s: %s", code, message)
-            return APIError.internal(_GENERIC_500)
-        if code == "ValidationError":
-            if "not found" in message.lower():
-                # SageMaker's message names the account and the endpoint; the client learns neither.
-                logger.error("upstream not found: %s", message)
-                return APIError.not_found("The model endpoint was not found.", code="endpoint_not_found")
-            return APIError.upstream(
-                400, f"The endpoint rejected the request: {message}", code="upstream_validation_error"
-            )
-        if status >= 500 or code == "InternalFailure":
-            return APIError.upstream(502, "The model endpoint failed. Try again.", code="upstream_error")
-        logger.error("unexpected upstream error %s (%s): %s", code, status, message)
-        return APIError.upstream(502, "The model endpoint answered with an error.", code="upstream_error")
-    if isinstance(exc, (botocore.exceptions.ReadTimeoutError, urllib3.exceptions.ReadTimeoutError, TimeoutError)):
-        return APIError.upstream(504, "The model endpoint did not answer in time.", code="upstream_timeout")
-    if isinstance(exc, botocore.exceptions.ConnectTimeoutError):
-        return APIError.upstream(504, "Could not connect to the model endpoint in time.", code="upstream_timeout")
-    if isinstance(exc, botocore.exceptions.NoCredentialsError | botocore.exceptions.PartialCredentialsError):
-        logger.error("no AWS credentials for the upstream call: %s", exc)
-        return APIError.internal(_GENERIC_500)
-    if isinstance(exc, botocore.eventstream.ParserError):
-        return APIError.upstream(502, "The endpoint's stream was corrupt.", code="upstream_stream_corrupt")
-    if isinstance(
-        exc,
-        (
-            botocore.exceptions.EndpointConnectionError,
-            botocore.exceptions.ConnectionClosedError,
-            urllib3.exceptions.ProtocolError,
-            urllib3.exceptions.HTTPError,
-            botocore.exceptions.HTTPClientError,
-            ConnectionError,
-        ),
-    ):
-        return APIError.upstream(502, "The connection to the model endpoint broke.", code="upstream_connection_error")
-    logger.exception("unexpected upstream failure", exc_info=exc)
-    return APIError.internal()
-
-
 def invoke(client: Any, config: Config, body: bytes) -> bytes:
     """A non-streaming ``InvokeEndpoint``: the whole answer's body."""
     try:
@@ -153,20 +305,24 @@ class PayloadParts:
 
     Iterating yields each part's bytes once its frame is complete, before anything more is read.
     Mid-stream failures (``ModelStreamError``, ``InternalStreamFailure``, a reset, a corrupt frame, a read
-    timeout) are raised as :class:`APIError`. ``close`` ends the HTTP connection, so the endpoint stops.
+    timeout) are raised as :class:`APIError`; the deadline (a :func:`time.monotonic` value) as
+    :class:`DeadlineReached`: each read waits at most until then. ``close`` ends the HTTP connection, so the
+    endpoint stops.
     """
 
-    def __init__(self, event_stream: Any) -> None:
+    def __init__(self, event_stream: Any, *, deadline: float | None = None, read_timeout_s: float = 60.0) -> None:
         self._event_stream = event_stream
         # botocore keeps the urllib3 response private; it is the one place to read without its 64 KiB reads.
         self._raw = event_stream._raw_stream
-        self._closed = threading.Event()
-        self.interrupted = False
+        self._deadline = deadline
+        self._read_timeout_s = read_timeout_s
+        self._closed = False
 
     def __iter__(self) -> Iterator[bytes]:
         buffer = botocore.eventstream.EventStreamBuffer()
         try:
             while True:
+                self._bound_next_read()
                 data = self._raw.read1(_READ_SIZE)
                 if not data:
                     return
@@ -176,21 +332,30 @@ class PayloadParts:
                     part = event.get("PayloadPart") if event else None
                     if part is not None and part.get("Bytes"):
                         yield part["Bytes"]
+        except DeadlineReached:
+            raise
         except Exception as exc:
-            if self._closed.is_set():
-                return  # we closed it ourselves (client gone, deadline): not an upstream failure
+            if self._deadline is not None and time.monotonic() >= self._deadline:
+                raise DeadlineReached() from exc  # the read was cut by the deadline's own timeout
             raise error_from(exc) from exc
 
-    def interrupt(self) -> None:
-        """From another thread: stop a read that may be blocked (the Lambda deadline is near)."""
-        self.interrupted = True
-        self._closed.set()
-        with contextlib.suppress(OSError, AttributeError):
-            self._raw.shutdown()
+    def _bound_next_read(self) -> None:
+        """Raise :class:`DeadlineReached` if it has come; else let the next read wait only until it."""
+        if self._deadline is None:
+            return
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise DeadlineReached()
+        sock = self._socket()
+        if sock is not None:
+            sock.settimeout(min(self._read_timeout_s, left))
+
+    def _socket(self) -> Any:
+        return getattr(getattr(self._raw, "connection", None), "sock", None)
 
     def close(self) -> None:
-        if not self._closed.is_set():
-            self._closed.set()
+        if not self._closed:
+            self._closed = True
             self._read_to_end()
         try:
             self._event_stream.close()
@@ -204,7 +369,7 @@ class PayloadParts:
         drops the connection and the next invocation pays a new TCP and TLS handshake before its first
         token. Only what is already there (or within a few ms) is read: a live stream is closed as before.
         """
-        sock = getattr(getattr(self._raw, "connection", None), "sock", None)
+        sock = self._socket()
         if sock is None:
             return
         timeout = sock.gettimeout()
@@ -231,10 +396,16 @@ class PayloadParts:
         self.close()
 
 
-def open_stream(client: Any, config: Config, body: bytes) -> PayloadParts:
-    """Start ``InvokeEndpointWithResponseStream``; errors before the stream are raised as :class:`APIError`."""
+def open_stream(client: Any, config: Config, body: bytes, *, deadline: float | None = None) -> PayloadParts:
+    """Start ``InvokeEndpointWithResponseStream``; errors before the stream are raised as :class:`APIError`.
+
+    ``deadline`` (a :func:`time.monotonic` value) is when the answer must have ended; already past, the
+    endpoint is not called and :class:`DeadlineReached` is raised.
+    """
+    if deadline is not None and deadline <= time.monotonic():
+        raise DeadlineReached("The function has too little time left to call the model.")
     try:
         response = client.invoke_endpoint_with_response_stream(**_call_args(config, body))
     except Exception as exc:
         raise error_from(exc) from exc
-    return PayloadParts(response["Body"])
+    return PayloadParts(response["Body"], deadline=deadline, read_timeout_s=config.read_timeout_s)

@@ -32,6 +32,18 @@ Fault names and what botocore raises for them (status and code as a real endpoin
 ``stall``                   nothing more is sent; the connection stays open until the client goes
 =========================== ==========================================================================
 
+What the "model" answers follows the request as the containers do. On ``openai``: with ``tools`` (and
+``tool_choice`` other than ``none``) after a user turn it calls the named or first tool the way vLLM's tool
+parsers stream it (a head chunk with index, id, type and name, then one chunk per argument fragment, so the
+arguments span several PayloadParts), ``finish_reason: "tool_calls"``; with ``Scenario.reasoning`` it
+thinks first (``reasoning_content`` chunks, ``completion_tokens_details.reasoning_tokens`` in usage); with
+``logprobs`` each content chunk carries them (``top_logprobs`` alternatives). A JSON ``response_format``
+(or TGI's ``parameters.grammar``) makes the text a JSON document valid for the schema (:func:`sample_json`),
+so ``chat.completions.parse`` works. TGI's events carry ``top_tokens`` when ``top_n_tokens`` is asked and
+its whole answer ``details.tokens``. With ``Scenario.context_length``, a prompt plus ``max_tokens`` over it
+gets the container's refusal (vLLM's 400, TGI's 422, LMI's 400) wrapped as SageMaker wraps it: a
+``ModelError`` 424 with ``OriginalStatusCode`` and ``OriginalMessage``.
+
 Stream faults fire once ``fault_after`` tokens have gone (0: before the first PayloadPart, after the 200
 headers), at the time the next token was due. ``InvokeEndpoint`` honours the HTTP-status faults and
 ``reset``/``stall`` (before its answer); the other stream faults do not apply to it. A streaming request
@@ -189,6 +201,8 @@ class Scenario:
     variant: str = "AllTraffic"  # answered when the request names no target variant
     endpoint_names: tuple[str, ...] | None = None  # None: every name exists; else others get ValidationError
     model: str = "sim-llm"  # the "model" field of OpenAI chunks
+    reasoning: int = 0  # openai dialect: reasoning_content tokens before the answer, as vLLM's reasoning parsers send
+    context_length: int | None = None  # prompt + max tokens over this: the container's 4xx, as a ModelError 424
 
     def __post_init__(self) -> None:
         for name, allowed in CHOICES.items():
@@ -196,7 +210,7 @@ class Scenario:
                 raise ValueError(f"{name} must be one of {allowed}, not {getattr(self, name)!r}")
         # the control API brings JSON; catch a "10" or 10.5 here rather than mid-stream
         for names, kinds in (
-            (("tokens", "coalesce", "fault_after"), (int,)),
+            (("tokens", "coalesce", "fault_after", "reasoning"), (int,)),
             (("ttft_ms", "cadence_ms", "non_ascii"), (int, float)),
             (("variant", "model"), (str,)),
         ):
@@ -204,8 +218,12 @@ class Scenario:
                 value = getattr(self, n)
                 if isinstance(value, bool) or not isinstance(value, kinds):
                     raise ValueError(f"{n} must be {' or '.join(k.__name__ for k in kinds)}, not {value!r}")
-        if self.tokens < 1 or self.coalesce < 1 or self.fault_after < 0:
-            raise ValueError("tokens and coalesce must be >= 1, fault_after >= 0")
+        if self.tokens < 1 or self.coalesce < 1 or self.fault_after < 0 or self.reasoning < 0:
+            raise ValueError("tokens and coalesce must be >= 1, fault_after and reasoning >= 0")
+        if self.context_length is not None and (
+            isinstance(self.context_length, bool) or not isinstance(self.context_length, int) or self.context_length < 1
+        ):
+            raise ValueError(f"context_length must be a whole number >= 1 or null, not {self.context_length!r}")
         if self.ttft_ms < 0 or self.cadence_ms < 0 or not 0.0 <= self.non_ascii <= 1.0:
             raise ValueError("ttft_ms and cadence_ms must be >= 0, non_ascii within [0, 1]")
         if self.endpoint_names is not None:
@@ -256,7 +274,20 @@ class Generation:
 
     prompt: str
     tokens: tuple[str, ...]
-    finish: Literal["length", "eos", "stop"]
+    finish: Literal["length", "eos", "stop", "tool_calls"]
+    reasoning: tuple[str, ...] = ()  # reasoning tokens, before the answer
+    tool_name: str | None = None  # the function the model calls, instead of answering in text
+    tool_arguments: tuple[str, ...] = ()  # its JSON arguments, one fragment per model step
+
+    @property
+    def steps(self) -> int:
+        """Model steps, each one event: reasoning, text, the call's head and its argument fragments."""
+        call = 1 + len(self.tool_arguments) if self.tool_name else 0
+        return max(1, len(self.reasoning) + len(self.tokens) + call)
+
+    @property
+    def completion_tokens(self) -> int:
+        return len(self.reasoning) + len(self.tokens) + len(self.tool_arguments)
 
     @property
     def text(self) -> str:
@@ -300,7 +331,106 @@ def readable_tokens(prompt: str, count: int, non_ascii: float) -> list[str]:
 
 
 def generate(request: Mapping[str, Any], scenario: Scenario) -> Generation:
-    """Apply the request's token limit and stop sequences to the scenario's text."""
+    """Apply the request's token limit and stop sequences to the scenario's text.
+
+    A request with tools (and ``tool_choice`` other than ``none``) whose last message is the user's gets
+    a call of the named or first tool, with arguments valid for its parameters' schema; one with a JSON
+    ``response_format`` (or TGI's ``grammar``) gets JSON valid for its schema as its text.
+    """
+    gen = _generate_text(request, scenario)
+    reasoning = tuple(_REASONING[: scenario.reasoning]) if scenario.dialect == "openai" else ()
+    tool = _tool_to_call(request) if scenario.dialect == "openai" else None
+    if tool is not None:
+        name, parameters = tool
+        arguments = json.dumps(sample_json(parameters, random.Random(gen.prompt)), ensure_ascii=False)
+        fragments = tuple(arguments[i : i + 7] for i in range(0, len(arguments), 7))
+        return Generation(gen.prompt, (), "tool_calls", reasoning, name, fragments)
+    return dataclasses.replace(gen, reasoning=reasoning)
+
+
+_REASONING = [" Let", " me", " think", " about", " what", " was", " asked", " and", " answer", " it", "."]
+
+
+def _tool_to_call(request: Mapping[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    tools = [
+        t["function"] for t in request.get("tools") or [] if isinstance(t, dict) and isinstance(t.get("function"), dict)
+    ]
+    choice = request.get("tool_choice", "auto")
+    messages = request.get("messages")
+    if not tools or choice == "none" or not isinstance(messages, list) or not messages:
+        return None
+    if not (isinstance(messages[-1], dict) and messages[-1].get("role") == "user"):
+        return None  # a tool's result came back: answer in text
+    if isinstance(choice, dict) and isinstance(choice.get("function"), dict):
+        tools = [t for t in tools if t.get("name") == choice["function"].get("name")] or tools
+    tool = tools[0]
+    parameters = tool.get("parameters") if isinstance(tool.get("parameters"), dict) else {"type": "object"}
+    return str(tool.get("name")), parameters
+
+
+def _json_schema_wanted(request: Mapping[str, Any], scenario: Scenario) -> dict[str, Any] | None:
+    """The schema the answer must follow: OpenAI's response_format or TGI's grammar."""
+    if scenario.dialect == "openai":
+        fmt = request.get("response_format")
+        if isinstance(fmt, dict) and fmt.get("type") == "json_object":
+            return {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
+        if isinstance(fmt, dict) and fmt.get("type") == "json_schema" and isinstance(fmt.get("json_schema"), dict):
+            schema = fmt["json_schema"].get("schema")
+            return schema if isinstance(schema, dict) else {"type": "object"}
+    elif scenario.dialect == "tgi":
+        params = request.get("parameters")
+        grammar = params.get("grammar") if isinstance(params, dict) else None
+        if isinstance(grammar, dict) and grammar.get("type") == "json" and isinstance(grammar.get("value"), dict):
+            return grammar["value"]
+    return None
+
+
+def sample_json(schema: Mapping[str, Any], rng: random.Random, root: Mapping[str, Any] | None = None) -> Any:
+    """A value valid for ``schema``: the JSON Schema subset pydantic and tool definitions use.
+
+    Objects get every property (so ``required`` always holds), arrays two items, strings a word (or the
+    first ``enum`` value); ``$ref`` into ``$defs``, ``anyOf``/``oneOf``/``allOf`` take their first branch.
+
+    >>> sample_json({"type": "object", "properties": {"n": {"type": "integer"}, "tags": {"type": "array",
+    ...     "items": {"enum": ["a", "b"]}}}}, random.Random(0))
+    {'n': 7, 'tags': ['a', 'a']}
+    """
+    root = schema if root is None else root
+    if "$ref" in schema:
+        target: Any = root
+        for part in str(schema["$ref"]).removeprefix("#/").split("/"):
+            target = target.get(part, {}) if isinstance(target, dict) else {}
+        return sample_json(target, rng, root)
+    for key in ("anyOf", "oneOf", "allOf"):
+        if isinstance(schema.get(key), list) and schema[key]:
+            branches = [b for b in schema[key] if isinstance(b, dict) and b.get("type") != "null"] or schema[key]
+            return sample_json(branches[0], rng, root)
+    if "const" in schema:
+        return schema["const"]
+    if isinstance(schema.get("enum"), list) and schema["enum"]:
+        return schema["enum"][0]
+    kind = schema.get("type", "object" if "properties" in schema else "string")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), "null")
+    if kind == "object":
+        properties = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+        return {name: sample_json(sub, rng, root) for name, sub in properties.items() if isinstance(sub, dict)}
+    if kind == "array":
+        items = schema.get("items") if isinstance(schema.get("items"), dict) else {}
+        count = max(2, int(schema.get("minItems", 0) or 0))
+        return [sample_json(items, rng, root) for _ in range(count)]
+    if kind == "integer":
+        return int(schema.get("minimum", 0) or 0) + 7
+    if kind == "number":
+        return float(schema.get("minimum", 0) or 0) + 2.5
+    if kind == "boolean":
+        return True
+    if kind == "null":
+        return None
+    return rng.choice(_WORDS)
+
+
+def _generate_text(request: Mapping[str, Any], scenario: Scenario) -> Generation:
     params = request.get("parameters") if isinstance(request.get("parameters"), dict) else {}
     assert isinstance(params, dict)
     if scenario.dialect == "openai":
@@ -315,6 +445,14 @@ def generate(request: Mapping[str, Any], scenario: Scenario) -> Generation:
     finish: Literal["length", "eos", "stop"] = "eos"
     if isinstance(limit, int) and 0 < limit < count:
         count, finish = limit, "length"
+    schema = _json_schema_wanted(request, scenario)
+    if schema is not None:
+        # JSON as a model under guided decoding writes it: a few characters per token.
+        document = json.dumps(sample_json(schema, random.Random(prompt)), ensure_ascii=False)
+        parts = [document[i : i + 4] for i in range(0, len(document), 4)]
+        if isinstance(limit, int) and 0 < limit < len(parts):
+            return Generation(prompt, tuple(parts[:limit]), "length")
+        return Generation(prompt, tuple(parts), "eos")
     tokens = readable_tokens(prompt, count, scenario.non_ascii)
     text = ""
     for i, token in enumerate(tokens):
@@ -350,7 +488,7 @@ class ModelEvent:
 
 # finish_reason per dialect for Generation.finish
 FINISH: dict[str, dict[str, str]] = {
-    "openai": {"length": "length", "eos": "stop", "stop": "stop"},
+    "openai": {"length": "length", "eos": "stop", "stop": "stop", "tool_calls": "tool_calls"},
     "tgi": {"length": "length", "eos": "eos_token", "stop": "stop_sequence"},
     "lmi": {"length": "length", "eos": "eos_token", "stop": "stop_sequence"},
 }
@@ -361,16 +499,46 @@ def stream_events(request: Mapping[str, Any], scenario: Scenario, request_id: st
     gen = generate(request, scenario)
     if request.get("stream") is not True:
         body, _ = whole_answer(request, scenario, request_id)
-        return [ModelEvent(body, len(gen.tokens) - 1, 0, gen.text)]
+        return [ModelEvent(body, gen.steps - 1, 0, gen.text)]
     if scenario.dialect == "openai":
         return _openai_events(request, scenario, gen, request_id)
     if scenario.dialect == "tgi":
-        return _tgi_events(gen)
+        return _tgi_events(gen, _top_n(request))
     return _lmi_events(gen)
 
 
-def _tgi_events(gen: Generation) -> list[ModelEvent]:
-    """TGI generate_stream: ``data:{token, generated_text, details}``; on eos a last special ``</s>`` token."""
+def _top_n(request: Mapping[str, Any]) -> int:
+    params = request.get("parameters")
+    top_n = params.get("top_n_tokens") if isinstance(params, dict) else None
+    return top_n if isinstance(top_n, int) and not isinstance(top_n, bool) and top_n > 0 else 0
+
+
+def _top_tokens(text: str, rng: random.Random, n: int) -> list[dict[str, Any]]:
+    """TGI's top_tokens: the chosen token first, then likelier-looking alternatives, most likely first."""
+    alternatives = [text, *(" " + w for w in rng.sample(_WORDS, n))][:n]
+    logprob = -0.05
+    out = []
+    for alt in alternatives:
+        out.append({"id": token_id(alt), "text": alt, "logprob": round(logprob, 4), "special": False})
+        logprob -= 0.5 + rng.random()
+    return out
+
+
+def _logprobs_content(text: str, rng: random.Random, top: int) -> dict[str, Any]:
+    """OpenAI's (vLLM's) chat logprobs for one token, with ``top`` alternatives."""
+    tops = [
+        {"token": t["text"], "logprob": t["logprob"], "bytes": list(t["text"].encode())}
+        for t in _top_tokens(text, rng, top)
+    ]
+    entry = {"token": text, "logprob": tops[0]["logprob"] if tops else -0.05, "bytes": list(text.encode())}
+    return {"content": [{**entry, "top_logprobs": tops}]}
+
+
+def _tgi_events(gen: Generation, top_n: int = 0) -> list[ModelEvent]:
+    """TGI generate_stream: ``data:{token, generated_text, details}``; on eos a last special ``</s>`` token.
+
+    With ``parameters.top_n_tokens`` each event also has ``top_tokens``, the n likeliest at that step.
+    """
     rng = random.Random(gen.prompt)
     every = [(t, token_id(t), False) for t in gen.tokens] + ([("</s>", 2, True)] if gen.finish == "eos" else [])
     events = []
@@ -387,7 +555,7 @@ def _tgi_events(gen: Generation) -> list[ModelEvent]:
             "token": {"id": tid, "text": text, "logprob": round(-rng.random() * 2, 4), "special": special},
             "generated_text": gen.text if final else None,
             "details": details if final else None,
-            "top_tokens": None,
+            "top_tokens": _top_tokens(text, rng, top_n) if top_n else None,
         }
         events.append(ModelEvent(b"data:" + _json(event) + b"\n\n", i, i, text, special))
     return events
@@ -413,6 +581,11 @@ def _lmi_events(gen: Generation) -> list[ModelEvent]:
 def _openai_events(
     request: Mapping[str, Any], scenario: Scenario, gen: Generation, request_id: str
 ) -> list[ModelEvent]:
+    """vLLM's stream: role chunk, reasoning_content chunks, content or tool-call chunks, finish, usage, [DONE].
+
+    A tool call goes as vLLM's tool parsers send it: a first chunk with the call's index, id, type, name
+    and empty arguments, then one chunk per argument fragment, each its own event (and so PayloadPart).
+    """
     chat = "messages" in request
     created = int(time.time())
     base = {
@@ -422,18 +595,39 @@ def _openai_events(
         "model": scenario.model,
     }
     finish = FINISH["openai"][gen.finish]
+    logprobs = request.get("logprobs") is True and chat
+    top = request.get("top_logprobs") if isinstance(request.get("top_logprobs"), int) else 0
+    rng = random.Random(gen.prompt)
 
     def chunk(choice: dict[str, Any], **extra: Any) -> bytes:
         return b"data: " + _json({**base, "choices": [{"index": 0, **choice}], **extra}) + b"\n\n"
 
-    last = len(gen.tokens) - 1
     events: list[ModelEvent] = []
     if chat:
         role = {"delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
         events.append(ModelEvent(chunk(role), 0))
-    for i, text in enumerate(gen.tokens):
-        piece: dict[str, Any] = {"delta": {"content": text}} if chat else {"text": text}
-        events.append(ModelEvent(chunk({**piece, "logprobs": None, "finish_reason": None}), i, i, text))
+    step = 0
+    for text in gen.reasoning:
+        piece = {"delta": {"reasoning_content": text}, "logprobs": None, "finish_reason": None}
+        events.append(ModelEvent(chunk(piece), step, step, text))
+        step += 1
+    for text in gen.tokens:
+        piece = {"delta": {"content": text}} if chat else {"text": text}
+        token_logprobs = _logprobs_content(text, rng, top) if logprobs else None
+        events.append(ModelEvent(chunk({**piece, "logprobs": token_logprobs, "finish_reason": None}), step, step, text))
+        step += 1
+    if gen.tool_name is not None:
+        head = {"index": 0, "id": _tool_call_id(request_id), "type": "function"}
+        call = {**head, "function": {"name": gen.tool_name, "arguments": ""}}
+        piece = {"delta": {"tool_calls": [call]}, "logprobs": None, "finish_reason": None}
+        events.append(ModelEvent(chunk(piece), step, step, ""))
+        step += 1
+        for fragment in gen.tool_arguments:
+            call = {"index": 0, "function": {"arguments": fragment}}
+            piece = {"delta": {"tool_calls": [call]}, "logprobs": None, "finish_reason": None}
+            events.append(ModelEvent(chunk(piece), step, step, fragment))
+            step += 1
+    last = gen.steps - 1
     end: dict[str, Any] = {"delta": {}} if chat else {"text": ""}
     events.append(ModelEvent(chunk({**end, "logprobs": None, "finish_reason": finish}), last))
     stream_options = request.get("stream_options")
@@ -444,33 +638,65 @@ def _openai_events(
     return events
 
 
-def _usage(gen: Generation) -> dict[str, int]:
-    completion = len(gen.tokens)
-    return {
+def _tool_call_id(request_id: str) -> str:
+    return "chatcmpl-tool-" + request_id.replace("-", "")[:16]
+
+
+def _usage(gen: Generation) -> dict[str, Any]:
+    completion = gen.completion_tokens
+    usage: dict[str, Any] = {
         "prompt_tokens": gen.prompt_tokens,
         "completion_tokens": completion,
         "total_tokens": gen.prompt_tokens + completion,
     }
+    if gen.reasoning:
+        usage["completion_tokens_details"] = {"reasoning_tokens": len(gen.reasoning)}
+    return usage
 
 
 def whole_answer(request: Mapping[str, Any], scenario: Scenario, request_id: str) -> tuple[bytes, str]:
     """The non-streaming answer (``/invocations``) and its content type."""
     gen = generate(request, scenario)
+    rng = random.Random(gen.prompt)
     if scenario.dialect == "openai":
         finish = FINISH["openai"][gen.finish]
         chat = "messages" in request
-        choice: dict[str, Any] = {"message": {"role": "assistant", "content": gen.text}} if chat else {"text": gen.text}
+        choice: dict[str, Any]
+        logprobs = None
+        if chat:
+            message: dict[str, Any] = {"role": "assistant", "content": gen.text if gen.tool_name is None else None}
+            if gen.reasoning:
+                message["reasoning_content"] = "".join(gen.reasoning)
+            if gen.tool_name is not None:
+                function = {"name": gen.tool_name, "arguments": "".join(gen.tool_arguments)}
+                message["tool_calls"] = [{"id": _tool_call_id(request_id), "type": "function", "function": function}]
+            choice = {"message": message}
+            if request.get("logprobs") is True:
+                top = request.get("top_logprobs") if isinstance(request.get("top_logprobs"), int) else 0
+                logprobs = {"content": [_logprobs_content(t, rng, top)["content"][0] for t in gen.tokens]}
+        else:
+            choice = {"text": gen.text}
         answer: Any = {
             "id": ("chatcmpl-" if chat else "cmpl-") + request_id,
             "object": "chat.completion" if chat else "text_completion",
             "created": int(time.time()),
             "model": scenario.model,
-            "choices": [{"index": 0, **choice, "logprobs": None, "finish_reason": finish}],
+            "choices": [{"index": 0, **choice, "logprobs": logprobs, "finish_reason": finish}],
             "usage": _usage(gen),
         }
     elif scenario.dialect == "tgi":
         generated = len(gen.tokens) + (gen.finish == "eos")  # the eos token counts
-        details = {"finish_reason": FINISH["tgi"][gen.finish], "generated_tokens": generated, "seed": None}
+        # TGI's whole answer has no input_length: the prompt's size is not known from it.
+        details: dict[str, Any] = {
+            "finish_reason": FINISH["tgi"][gen.finish],
+            "generated_tokens": generated,
+            "seed": None,
+        }
+        details["tokens"] = [
+            {"id": token_id(t), "text": t, "logprob": round(-rng.random() * 2, 4), "special": False} for t in gen.tokens
+        ]
+        if top_n := _top_n(request):
+            details["top_tokens"] = [_top_tokens(t, rng, top_n) for t in gen.tokens]
         answer = [{"generated_text": gen.text, "details": details}]
     else:
         answer = {"generated_text": gen.text}
@@ -487,6 +713,51 @@ def container_error(request: Any, scenario: Scenario) -> tuple[int, str] | None:
     elif not isinstance(request.get("inputs"), str):
         return (422 if scenario.dialect == "tgi" else 400), "missing field `inputs`"
     return None
+
+
+def prompt_size(request: Mapping[str, Any]) -> int:
+    """The prompt's length in the simulator's tokens (words), over every message, as a container counts."""
+    if isinstance(request.get("messages"), list):
+        words = 0
+        for message in request["messages"]:
+            content = message.get("content") if isinstance(message, dict) else None
+            if isinstance(content, list):
+                content = " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+            words += len(str(content or "").split())
+        return max(1, words)
+    return max(1, len(prompt_of(request).split()))
+
+
+def context_length_error(request: Any, scenario: Scenario) -> tuple[int, str] | None:
+    """The container's refusal of a prompt longer than its context: (status, its JSON error body).
+
+    Each in its container's words and shape: vLLM's 400 error object, TGI's 422 validation error, LMI's 400.
+    """
+    if scenario.context_length is None or not isinstance(request, dict):
+        return None
+    params = request.get("parameters") if isinstance(request.get("parameters"), dict) else {}
+    limit = request.get("max_tokens") if scenario.dialect == "openai" else params.get("max_new_tokens")
+    wanted = limit if isinstance(limit, int) and not isinstance(limit, bool) else 0
+    size = prompt_size(request)
+    if size + wanted <= scenario.context_length:
+        return None
+    if scenario.dialect == "openai":
+        message = (
+            f"This model's maximum context length is {scenario.context_length} tokens. However, you requested "
+            f"{size + wanted} tokens ({size} in the messages, {wanted} in the completion). Please reduce the "
+            "length of the messages or completion."
+        )
+        return 400, json.dumps(
+            {"object": "error", "message": message, "type": "BadRequestError", "param": None, "code": 400}
+        )
+    if scenario.dialect == "tgi":
+        message = (
+            f"Input validation error: `inputs` tokens + `max_new_tokens` must be <= {scenario.context_length}. "
+            f"Given: {size} `inputs` tokens and {wanted} `max_new_tokens`"
+        )
+        return 422, json.dumps({"error": message, "error_type": "validation"})
+    message = f"Input length {size} exceeds the maximum model length {scenario.context_length}"
+    return 400, json.dumps({"error": message, "code": 400})
 
 
 # ------------------------------------------------------------------------------------------- payload parts
@@ -805,6 +1076,8 @@ class _Handler(BaseHTTPRequestHandler):
             error = model_error(415, f"unsupported content type {record.content_type}", record.endpoint, variant)
         if error is None and (refusal := container_error(record.request, scenario)):
             error = model_error(refusal[0], json.dumps({"error": refusal[1]}), record.endpoint, variant)
+        if error is None and (too_long := context_length_error(record.request, scenario)):
+            error = model_error(too_long[0], too_long[1], record.endpoint, variant)
         if error is not None:
             record.status = error.status
             self._send_json(error.status, error.body, error.headers())
@@ -818,7 +1091,7 @@ class _Handler(BaseHTTPRequestHandler):
         scenario = record.scenario
         gen = generate(record.request, scenario)
         # a non-streaming container answers once the whole generation is done
-        done_at = _slot_ns(record, len(gen.tokens) - 1)
+        done_at = _slot_ns(record, gen.steps - 1)
         if scenario.fault in ("reset", "stall"):
             record.fault = scenario.fault
             self._wait_until(_slot_ns(record, 0))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import time
 
@@ -175,7 +176,7 @@ def test_close_delimited_upstream_is_not_held_back(stack: LocalStack) -> None:
     ("fault", "status", "code"),
     [
         ("http_400", 404, "endpoint_not_found"),  # what SageMaker says of an endpoint that is not there
-        ("http_424", 502, "model_error"),
+        ("http_424", 400, "model_error"),  # the container's own 4xx stays a 4xx
         ("throttling", 429, "rate_limited"),
         ("http_429", 429, "rate_limited"),
         ("http_503", 503, "service_unavailable"),
@@ -384,3 +385,24 @@ def test_missing_credentials_are_a_generic_500_with_the_detail_kept_out_of_the_a
     assert error["type"] == "server_error" and error["code"] == "internal_error"
     assert "credential" not in error["message"].lower() and "Traceback" not in resp.body.decode()
     assert stack.endpoint is not None and stack.endpoint.records == []
+
+
+def test_head_answers_like_get_without_a_body_and_every_answer_has_its_request_id(stack: LocalStack) -> None:
+    host, port = stack.url.removeprefix("http://").split(":")
+    ids = []
+    for method in ("HEAD", "GET"):
+        # A connection each: the local front ends a HEAD answer with a chunked terminator it should not send,
+        # so a second request on the same connection would read that first.
+        conn = http.client.HTTPConnection(host, int(port), timeout=10)
+        try:
+            conn.request(method, "/health")
+            answer = conn.getresponse()
+            body = answer.read()
+            assert answer.status == 200 and answer.getheader("content-type") == "application/json"
+            assert body == (b"" if method == "HEAD" else b'{"status":"ok"}')
+            ids.append(answer.getheader("x-request-id"))
+        finally:
+            conn.close()
+    assert all(ids) and ids[0] != ids[1]
+    for answer in (chat(stack), request(stack.url, "GET", "/nowhere")):
+        assert len(answer.header("x-request-id") or "") == 36

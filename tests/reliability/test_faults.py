@@ -33,7 +33,7 @@ class Expect:
 # which always comes before the stream).
 BEFORE = {
     "http_400": Expect(404, "endpoint_not_found"),
-    "http_424": Expect(502, "model_error"),
+    "http_424": Expect(400, "model_error"),  # the simulated container says 400: its own 4xx stays a 4xx
     "http_429": Expect(429, "rate_limited"),
     "throttling": Expect(429, "rate_limited"),
     "http_500": Expect(502, "upstream_error"),

@@ -16,7 +16,7 @@ import pytest
 from sagestream.errors import APIError
 from sagestream.upstream import PayloadParts
 from sagestream_local.endpoint import exception_frame, payload_part_frame, with_bad_crc
-from tests.reliability.stub import RawPieces, Upstream, event_stream_response, stubbed_client
+from tests.fakes import RawPieces, Upstream, event_stream_response, stubbed_client
 
 PAYLOADS = [
     b'data: {"choices":[{"delta":{"content":" caf\xc3\xa9"}}]}\n\n',

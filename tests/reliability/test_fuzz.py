@@ -1,6 +1,6 @@
 """Arbitrary requests into the relay: always a 2xx or a 4xx in the one error shape, never an exception or a 5xx.
 
-The relay runs in this process over a real boto3 client answered in-process (tests/reliability/stub.py), so
+The relay runs in this process over a real boto3 client answered in-process (tests/fakes.py), so
 the upstream always answers well: a 5xx here would be the relay's own failure. The line splitter and the
 dialect decoders have their own arbitrary-input properties in tests/unit (test_lines, test_dialects).
 """
@@ -15,11 +15,11 @@ from hypothesis import strategies as st
 
 from sagestream.config import Config
 from sagestream.function_url import build_event
-from tests.reliability.stub import RecordingStream, Upstream, context, load_app, stubbed_client
+from tests.fakes import RecordingStream, Upstream, context, load_app, stubbed_client
 
 app = load_app()
 UPSTREAM = Upstream()
-RELAY = app.Relay(
+RELAY = app.App(
     Config.from_env({"SAGEMAKER_ENDPOINT_NAME": "fuzz-llm", "MAX_TOKENS_LIMIT": "64"}), stubbed_client(UPSTREAM)
 )
 
@@ -67,10 +67,13 @@ bodies = st.one_of(
 header_pairs = st.lists(st.tuples(st.text(min_size=1, max_size=12), st.text(max_size=30)), max_size=4)
 
 
-def assert_well_answered(stream: RecordingStream) -> None:
+def assert_well_answered(stream: RecordingStream, method: str = "POST") -> None:
     assert stream.started and stream.status is not None
     assert 200 <= stream.status < 500, (stream.status, stream.body[:500])
-    if stream.status >= 400:
+    assert stream.headers["x-request-id"] == "stub-invocation"
+    if method == "HEAD" and stream.status < 400:
+        assert stream.body == b"", "HEAD answers as GET does, without the body"
+    elif stream.status >= 400:
         assert stream.headers["content-type"] == "application/json"
         error = json.loads(stream.body)["error"]
         assert set(error) == {"message", "type", "param", "code"}
@@ -111,7 +114,7 @@ def run(method: str, path: str, headers: list[tuple[str, str]], body: bytes) -> 
 def test_any_request_gets_a_2xx_or_a_4xx_in_the_error_shape(
     method: str, path: str, content_type: str, extra: list[tuple[str, str]], body: bytes
 ) -> None:
-    assert_well_answered(run(method, path, [("content-type", content_type), *extra], body))
+    assert_well_answered(run(method, path, [("content-type", content_type), *extra], body), method)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -26,7 +26,7 @@ from tests.cfn import load_template
 from tests.client import StreamedResponse, request
 from tests.conftest import PYTHONPATH
 from tests.e2e.conftest import GetStack
-from tests.reliability.stub import (
+from tests.fakes import (
     RecordingStream,
     Upstream,
     context,
@@ -87,7 +87,12 @@ def test_no_request_reaches_an_endpoint_variant_or_component_but_the_configured_
     for path in PATHS:
         answers.append(request(stack.url, "POST", path, BODY, headers=FORGED_HEADERS))
     answers.append(request(stack.url, "POST", "/v1/completions", {"prompt": "x", **FORGED_FIELDS}))
-    assert {a.status for a in answers} <= {200, 404, 405}, [a.status for a in answers]
+    assert {a.status for a in answers} <= {200, 400, 404, 405}, [a.status for a in answers]
+    # A field OpenAI does not define is refused by name (issue 13), before any endpoint is called.
+    for answer in answers:
+        if answer.status == 400:
+            error = answer.json()["error"]
+            assert error["code"] == "unknown_parameter" and error["param"] in FORGED_FIELDS, error
     records = stack.endpoint.records
     assert len(records) == sum(a.status == 200 for a in answers) > 0
     for record in records:
@@ -175,7 +180,7 @@ def test_a_client_header_value_with_nul_or_odd_bytes_is_never_reflected(stack: L
 def relay() -> tuple[Any, Upstream]:
     upstream = Upstream()
     app = load_app()
-    return app.Relay(Config.from_env({"SAGEMAKER_ENDPOINT_NAME": "sec-llm"}), stubbed_client(upstream)), upstream
+    return app.App(Config.from_env({"SAGEMAKER_ENDPOINT_NAME": "sec-llm"}), stubbed_client(upstream)), upstream
 
 
 HOSTILE = "\r\nSet-Cookie: evil=1\r\n\r\n\n\ndata: [DONE]\n\nevent: x\r\x00\u2028"
@@ -212,7 +217,13 @@ def test_model_output_cannot_inject_headers_cookies_or_sse_events(relay: tuple[A
     finally:
         upstream.override = None
     assert stream.status == 200 and stream.cookies == ()
-    assert set(stream.headers) == {"content-type", "cache-control", "x-accel-buffering", "x-content-type-options"}
+    assert set(stream.headers) == {
+        "content-type",
+        "cache-control",
+        "x-accel-buffering",
+        "x-content-type-options",
+        "x-request-id",
+    }
     events = stream.data_events()
     assert events.count("[DONE]") == 1 and events[-1] == "[DONE]"
     content = "".join(e["choices"][0]["delta"].get("content") or "" for e in events[:-1] if e["choices"])
@@ -308,7 +319,7 @@ def test_no_key_credential_or_stack_trace_reaches_a_log_or_a_client(logged: tupl
     assert call(body=b"{broken", **{**good, "Content-Type": "application/json"}).status == 400
     for fault, after in (("http_500", 0), ("http_424", 0), ("reset", 0), ("model_stream_error", 3), ("stall", 2)):
         stack.endpoint.set_scenario(fault=fault, fault_after=after)
-        assert call(**good).status in (200, 502, 504)
+        assert call(**good).status in (200, 400, 502, 504)
     stack.endpoint.set_scenario(endpoint_names=("not-this-one",))
     assert call(**good).status == 404
     stack.endpoint.reset_scenario()

@@ -23,7 +23,8 @@ from sagestream.dialects import (
 )
 from sagestream.errors import APIError
 from sagestream.schema import parse_chat, parse_completion
-from tests.unit.streams import LMI, RECORDED, TGI, VLLM_CHAT, Recorded, relay_deltas
+from sagestream.upstream import error_from
+from tests.fakes import LMI, RECORDED, TGI, VLLM_CHAT, Recorded, relay_deltas
 
 
 @pytest.mark.parametrize("recorded", RECORDED, ids=lambda r: r.name)
@@ -87,7 +88,7 @@ def test_openai_tgi_era_finish_reasons_become_openais() -> None:
 def test_tgi_special_tokens_are_dropped_but_their_details_kept() -> None:
     decoder = stream_decoder("tgi")
     record = '{"token":{"text":"<|eot_id|>","special":true},"details":{"finish_reason":"length","generated_tokens":1}}'
-    assert decoder.decode(record) == [Delta("", finish_reason="length", usage=Usage(0, 1, 1))]
+    assert decoder.decode(record) == [Delta("", finish_reason="length", usage=Usage(None, 1, None))]
 
 
 def test_tgi_stop_sequence_is_stop_and_prefill_counts_prompt_tokens() -> None:
@@ -122,9 +123,9 @@ def test_a_special_token_without_details_yields_nothing() -> None:
 def test_a_containers_error_event_raises_upstream_stream_error(dialect: Dialect, record: str, message: str) -> None:
     with pytest.raises(UpstreamStreamError) as info:
         stream_decoder(dialect).decode(record)
-    assert message in info.value.message
-    assert info.value.status == 502
-    assert info.value.body()["error"]["type"] == "server_error"
+    assert message in error_from(info.value).message
+    assert error_from(info.value).status == 502
+    assert error_from(info.value).body()["error"]["type"] == "server_error"
 
 
 @pytest.mark.parametrize(
@@ -147,8 +148,8 @@ def test_a_containers_error_event_raises_upstream_stream_error(dialect: Dialect,
 def test_malformed_records_raise_decode_error(dialect: Dialect, record: str) -> None:
     with pytest.raises(DecodeError) as info:
         stream_decoder(dialect).decode(record)
-    assert info.value.status == 502
-    assert info.value.code == "upstream_decode_error"
+    assert error_from(info.value).status == 502
+    assert error_from(info.value).code == "upstream_decode_error"
 
 
 def test_unknown_dialect_is_a_configuration_error() -> None:
@@ -266,7 +267,7 @@ def test_tgi_body_is_a_one_element_list() -> None:
 def test_lmi_body_is_an_object_and_details_are_optional() -> None:
     assert decode_body("lmi", b'{"generated_text": "plain"}') == Delta("plain")
     body = b'{"generated_text": "x", "details": {"finish_reason": "length", "generated_tokens": 8, "inputs": "q"}}'
-    assert decode_body("lmi", body) == Delta("x", finish_reason="length", usage=Usage(0, 8, 8))
+    assert decode_body("lmi", body) == Delta("x", finish_reason="length", usage=Usage(None, 8, None))
 
 
 def test_lmi_error_body_raises_upstream_stream_error() -> None:
@@ -288,7 +289,7 @@ def chat(**fields: Any) -> bytes:
     return json.dumps({"model": "m", "messages": [{"role": "user", "content": "Hi"}], **fields}).encode()
 
 
-def test_openai_chat_body_drops_model_and_keeps_sampling() -> None:
+def test_openai_chat_body_drops_model_and_forwards_the_rest() -> None:
     request = parse_chat(
         chat(
             max_tokens=5,
@@ -311,6 +312,7 @@ def test_openai_chat_body_drops_model_and_keeps_sampling() -> None:
         "top_p": 0.9,
         "stop": ["\n"],
         "seed": 7,
+        "user": "u1",
     }
 
 
@@ -393,3 +395,226 @@ def test_chat_on_a_prompt_container_needs_a_template(dialect: Dialect) -> None:
         upstream_body(dialect, request, prompt_template=None, stream=True, max_tokens_default=None)
     assert (info.value.status, info.value.param, info.value.code) == (400, "messages", "prompt_template_required")
     assert "PROMPT_TEMPLATE" in info.value.message
+
+
+# --- lossless: every field of the container's answer -------------------------------------------------------
+
+_HEAD = '"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"qwen"'
+
+
+def vllm(delta: str, finish: str = "null", logprobs: str = "null") -> str:
+    return f'{{{_HEAD},"choices":[{{"index":0,"delta":{delta},"logprobs":{logprobs},"finish_reason":{finish}}}]}}'
+
+
+def test_a_vllm_tool_call_decodes_fragment_by_fragment_unchanged() -> None:
+    decoder = stream_decoder("openai")
+    head = {"index": 0, "id": "chatcmpl-tool-9", "type": "function", "function": {"name": "f", "arguments": ""}}
+    records = [
+        vllm('{"role":"assistant","content":""}'),
+        vllm('{"reasoning_content":"Hm"}'),
+        vllm(json.dumps({"tool_calls": [head]})),
+        vllm('{"tool_calls":[{"index":0,"function":{"arguments":"{\\"ci"}}]}'),
+        vllm('{"tool_calls":[{"index":0,"function":{"arguments":"ty\\": 1}"}}]}'),
+        vllm("{}", finish='"tool_calls"'),
+    ]
+    deltas = [d for r in records for d in decoder.decode(r)]
+    assert deltas == [
+        Delta("", role="assistant"),
+        Delta(reasoning_content="Hm"),
+        Delta(tool_calls=[head]),
+        Delta(tool_calls=[{"index": 0, "function": {"arguments": '{"ci'}}]),
+        Delta(tool_calls=[{"index": 0, "function": {"arguments": 'ty": 1}'}}]),
+        Delta(finish_reason="tool_calls"),
+    ]
+
+
+def test_reasoning_refusal_logprobs_and_unknown_delta_fields_are_kept() -> None:
+    decoder = stream_decoder("openai")
+    logprobs = {"content": [{"token": "Hi", "logprob": -0.1, "bytes": [72, 105], "top_logprobs": []}]}
+    (delta,) = decoder.decode(
+        vllm('{"reasoning":"think","refusal":"no","audio":{"id":"a1"},"content":"Hi"}', logprobs=json.dumps(logprobs))
+    )
+    assert delta == Delta("Hi", reasoning="think", refusal="no", logprobs=logprobs, extra={"audio": {"id": "a1"}})
+
+
+def test_usage_details_pass_and_unknown_counts_stay_unknown() -> None:
+    decoder = stream_decoder("openai")
+    usage = (
+        '{"prompt_tokens":5,"completion_tokens":9,"total_tokens":14,"completion_tokens_details":{"reasoning_tokens":4}}'
+    )
+    (delta,) = decoder.decode(f'{{{_HEAD},"choices":[],"usage":{usage}}}')
+    assert delta.usage == Usage(5, 9, 14, {"completion_tokens_details": {"reasoning_tokens": 4}})
+    assert decoder.decode(f'{{{_HEAD},"choices":[],"usage":{{"prompt_tokens":5}}}}') == []
+
+
+def test_a_whole_openai_answer_keeps_tool_calls_and_reasoning() -> None:
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    answer = {
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": None, "tool_calls": [call], "reasoning_content": "R"},
+                "finish_reason": "tool_calls",
+            }
+        ],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
+    }
+    delta = decode_body("openai", json.dumps(answer).encode())
+    assert delta == Delta(
+        "", role="assistant", finish_reason="tool_calls", usage=Usage(3, 2, 5), tool_calls=[call], reasoning_content="R"
+    )
+
+
+def test_a_whole_tgi_answer_does_not_invent_a_prompt_count() -> None:
+    body = b'[{"generated_text":"x","details":{"finish_reason":"eos_token","generated_tokens":2,"seed":null}}]'
+    assert decode_body("tgi", body).usage == Usage(None, 2, None)
+
+
+def tgi_event(text: str, logprob: float, top: str = "null", details: str = "null") -> str:
+    token = json.dumps({"id": 1, "text": text, "logprob": logprob, "special": False})
+    return f'{{"token":{token},"top_tokens":{top},"details":{details}}}'
+
+
+def test_tgi_token_logprobs_become_openais_chat_logprobs_when_asked() -> None:
+    request = parse_chat(chat(logprobs=True, top_logprobs=1), max_tokens_limit=None)
+    top = '[{"id":1,"text":"Hé","logprob":-0.5,"special":false},{"id":2,"text":"Ho","logprob":-2.0,"special":false}]'
+    (delta,) = stream_decoder("tgi", request).decode(tgi_event("Hé", -0.5, top))
+    assert delta.logprobs == {
+        "content": [
+            {
+                "token": "Hé",
+                "logprob": -0.5,
+                "bytes": list("Hé".encode()),
+                "top_logprobs": [{"token": "Hé", "logprob": -0.5, "bytes": list("Hé".encode())}],
+            }
+        ],
+        "refusal": None,
+    }
+    # Not asked: none, as OpenAI sends none.
+    (plain,) = stream_decoder("tgi", parse_chat(chat(), max_tokens_limit=None)).decode(tgi_event("Hé", -0.5))
+    assert plain.logprobs is None
+
+
+def test_tgi_logprobs_for_completions_carry_offsets() -> None:
+    request = parse_completion(b'{"prompt": "Q", "logprobs": 0}', max_tokens_limit=None)
+    decoder = stream_decoder("tgi", request)
+    first, second = decoder.decode(tgi_event("ab", -1.0))[0], decoder.decode(tgi_event("c", -2.0))[0]
+    assert first.logprobs == {"tokens": ["ab"], "token_logprobs": [-1.0], "top_logprobs": None, "text_offset": [0]}
+    assert second.logprobs is not None and second.logprobs["text_offset"] == [2]
+
+
+# --- requests: each field forwarded, translated or refused -------------------------------------------------
+
+TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+CALL = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+IMAGE = {"type": "image_url", "image_url": {"url": "https://x/y.png"}}
+
+
+def test_the_openai_dialect_forwards_an_agent_turn_as_sent() -> None:
+    messages = [
+        {"role": "developer", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+        {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "https://x/y.png"}}], "name": "u"},
+        {"role": "assistant", "content": None, "tool_calls": [CALL]},
+        {"role": "tool", "tool_call_id": "c1", "content": "42"},
+    ]
+    fields = {
+        "tools": [TOOL],
+        "tool_choice": "required",
+        "parallel_tool_calls": False,
+        "response_format": {"type": "json_object"},
+        "logit_bias": {"7": 5},
+        "logprobs": True,
+        "top_logprobs": 2,
+        "reasoning_effort": "high",
+        "max_completion_tokens": 9,
+    }
+    request = parse_chat(chat(messages=messages, **fields), max_tokens_limit=None, extra_fields={"top_k"})
+    body = upstream_body("openai", request, prompt_template=None, stream=False, max_tokens_default=None)
+    assert body["messages"] == [
+        {"role": "system", "content": "a\nb"},  # developer is system; text parts joined
+        messages[1],  # an image stays a content part
+        messages[2],
+        messages[3],
+    ]
+    assert {k: body[k] for k in fields if k != "max_completion_tokens"} == {
+        k: v for k, v in fields.items() if k != "max_completion_tokens"
+    }
+    assert body["max_tokens"] == 9 and "max_completion_tokens" not in body
+
+
+def test_vendor_fields_go_top_level_for_openai_and_into_parameters_for_tgi() -> None:
+    request = parse_chat(chat(top_k=40), max_tokens_limit=None, extra_fields={"top_k"})
+    assert upstream_body("openai", request, prompt_template=None, stream=True, max_tokens_default=None)["top_k"] == 40
+    tgi = upstream_body("tgi", request, prompt_template="chatml", stream=True, max_tokens_default=None)
+    assert tgi["parameters"]["top_k"] == 40
+
+
+def test_tgi_translates_response_format_to_its_grammar() -> None:
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    fmt = {"type": "json_schema", "json_schema": {"name": "A", "schema": schema}}
+    request = parse_chat(chat(response_format=fmt), max_tokens_limit=None)
+    body = upstream_body("tgi", request, prompt_template="chatml", stream=True, max_tokens_default=None)
+    assert body["parameters"]["grammar"] == {"type": "json", "value": schema}
+    request = parse_chat(chat(response_format={"type": "json_object"}), max_tokens_limit=None)
+    body = upstream_body("tgi", request, prompt_template="chatml", stream=True, max_tokens_default=None)
+    assert body["parameters"]["grammar"] == {"type": "json", "value": {"type": "object"}}
+
+
+def test_tgi_asks_for_top_tokens_when_top_logprobs_are_wanted() -> None:
+    request = parse_chat(chat(logprobs=True, top_logprobs=3), max_tokens_limit=None)
+    body = upstream_body("tgi", request, prompt_template="chatml", stream=True, max_tokens_default=None)
+    assert body["parameters"]["top_n_tokens"] == 3
+
+
+def refused(fmt: Dialect, raw: bytes, *, stream: bool = True, completion: bool = False) -> APIError:
+    request = (parse_completion if completion else parse_chat)(raw, max_tokens_limit=None)
+    with pytest.raises(APIError) as info:
+        upstream_body(fmt, request, prompt_template="chatml", stream=stream, max_tokens_default=None)
+    assert info.value.status == 400 and info.value.type == "invalid_request_error"
+    return info.value
+
+
+@pytest.mark.parametrize("fmt", ["tgi", "lmi"])
+def test_tools_on_a_prompt_container_say_to_use_a_messages_api_container(fmt: Dialect) -> None:
+    err = refused(fmt, chat(tools=[TOOL]))
+    assert err.param == "tools" and "Messages-API container" in err.message and "UPSTREAM_FORMAT=openai" in err.message
+
+
+@pytest.mark.parametrize(
+    ("fmt", "fields", "param"),
+    [
+        ("tgi", {"presence_penalty": 0.5}, "presence_penalty"),
+        ("tgi", {"logit_bias": {"1": 1}}, "logit_bias"),
+        ("tgi", {"user": "u"}, "user"),
+        ("lmi", {"response_format": {"type": "json_object"}}, "response_format"),
+        ("lmi", {"logprobs": True, "top_logprobs": 2}, "top_logprobs"),
+        ("tgi", {"messages": [{"role": "user", "content": "Hi", "name": "ana"}]}, "messages.0.name"),
+        ("tgi", {"messages": [{"role": "assistant", "content": None, "tool_calls": [CALL]}]}, "messages.0.tool_calls"),
+        (
+            "lmi",
+            {"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, IMAGE]}]},
+            "messages.0.content.1",
+        ),
+    ],
+)
+def test_what_a_prompt_container_cannot_carry_is_refused_by_name(
+    fmt: Dialect, fields: dict[str, Any], param: str
+) -> None:
+    err = refused(fmt, chat(**fields))
+    assert err.param == param and err.code == "unsupported_parameter"
+
+
+def test_lmi_logprobs_need_a_stream_and_its_penalties_are_carried() -> None:
+    assert refused("lmi", chat(logprobs=True), stream=False).param == "logprobs"
+    request = parse_chat(chat(presence_penalty=0.3, frequency_penalty=0.2, logprobs=True), max_tokens_limit=None)
+    body = upstream_body("lmi", request, prompt_template="chatml", stream=True, max_tokens_default=None)
+    assert (body["parameters"]["presence_penalty"], body["parameters"]["frequency_penalty"]) == (0.3, 0.2)
+
+
+@pytest.mark.parametrize("fmt", ["tgi", "lmi"])
+def test_values_that_ask_for_nothing_pass_a_prompt_container(fmt: Dialect) -> None:
+    request = parse_chat(
+        chat(store=False, tool_choice="none", response_format={"type": "text"}, n=1), max_tokens_limit=None
+    )
+    body = upstream_body(fmt, request, prompt_template="chatml", stream=True, max_tokens_default=None)
+    assert set(body) == {"inputs", "parameters", "stream"}

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from sagestream.errors import APIError
 from sagestream.lines import LineSplitter, LineTooLong, UndecodableLine, decode_line, sse_data
+from sagestream.upstream import error_from
 
 
 def split_all(parts: list[bytes], max_line_bytes: int = 1 << 20) -> list[bytes]:
@@ -68,8 +69,8 @@ def test_a_line_at_the_cap_passes_and_one_byte_more_raises() -> None:
     assert split_all([b"x" * 8 + b"\n"], max_line_bytes=8) == [b"x" * 8]
     with pytest.raises(LineTooLong) as info:
         split_all([b"x" * 9 + b"\n"], max_line_bytes=8)
-    assert info.value.status == 502
-    assert info.value.code == "upstream_line_too_long"
+    assert error_from(info.value).status == 502
+    assert error_from(info.value).code == "upstream_line_too_long"
 
 
 def test_an_unterminated_line_past_the_cap_raises_before_its_end_arrives() -> None:
@@ -102,16 +103,18 @@ def test_a_long_line_fed_byte_by_byte_takes_linear_time() -> None:
     assert splitter.feed(b"\n") == [data]
 
 
-def test_errors_are_api_errors_the_relay_can_send_as_they_are() -> None:
-    assert issubclass(LineTooLong, APIError)
-    assert issubclass(UndecodableLine, APIError)
+def test_errors_are_plain_exceptions_the_upstream_table_gives_a_status() -> None:
+    assert not issubclass(LineTooLong, APIError)
+    assert not issubclass(UndecodableLine, APIError)
+    assert isinstance(error_from(LineTooLong(8)), APIError)
+    assert isinstance(error_from(UndecodableLine("x")), APIError)
 
 
 def test_invalid_utf8_raises_undecodable_line() -> None:
     with pytest.raises(UndecodableLine) as info:
         decode_line(b"ok \xff\xfe")
-    assert info.value.status == 502
-    assert "byte 3" in info.value.message
+    assert error_from(info.value).status == 502
+    assert "byte 3" in error_from(info.value).message
 
 
 def test_a_truncated_multibyte_character_in_a_complete_line_is_undecodable() -> None:

@@ -47,9 +47,10 @@ def test_a_full_request_parses() -> None:
     assert request.include_usage is True
 
 
-def test_unknown_fields_are_ignored() -> None:
+def test_openais_other_fields_parse() -> None:
     request = parse_chat(body(logit_bias={"1": 2}, frequency_penalty=0.5), max_tokens_limit=None)
     assert request.plain_messages() == [("user", "Hi")]
+    assert request.sent()["logit_bias"] == {"1": 2}
 
 
 def test_content_parts_join_as_text_and_developer_is_system() -> None:
@@ -111,8 +112,10 @@ def test_a_bad_role_names_its_dotted_path() -> None:
     assert "messages.1.role" in err.message and "'user'" in err.message
 
 
-def test_a_non_text_content_part_names_the_part() -> None:
+def test_a_bad_content_part_names_the_part_field() -> None:
     err = rejection(body(messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]))
+    assert err.param == "messages.0.content.0.image_url.url"
+    err = rejection(body(messages=[{"role": "user", "content": [{"type": "video", "video": {}}]}]))
     assert err.param == "messages.0.content.0.type"
 
 
@@ -241,3 +244,125 @@ def test_any_bytes_parse_or_are_a_4xx(raw: bytes) -> None:
 
 def test_absurdly_nested_json_is_a_4xx() -> None:
     _accepted_or_4xx(b'{"messages": ' + b"[" * 100_000 + b"]" * 100_000 + b"}")
+
+
+# --- the whole request, as the openai SDK builds it -------------------------------------------------------
+
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}, "strict": True}}
+
+
+def test_an_agent_turn_parses_with_every_message_kind() -> None:
+    messages = [
+        {"role": "developer", "content": "Use tools.", "name": "ops"},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "Weather here?"},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA", "detail": "low"}},
+            ],
+            "name": "ana",
+        },
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": [{"type": "text", "text": "sunny"}]},
+    ]
+    request = parse_chat(
+        body(
+            messages=messages,
+            tools=[WEATHER],
+            tool_choice={"type": "function", "function": {"name": "get_weather"}},
+            parallel_tool_calls=False,
+            response_format={"type": "json_schema", "json_schema": {"name": "W", "schema": {"type": "object"}}},
+            logprobs=True,
+            top_logprobs=3,
+            reasoning_effort="low",
+            metadata={"k": "v"},
+            store=False,
+        ),
+        max_tokens_limit=None,
+    )
+    sent = request.sent()
+    # What the client sent comes back out under the same names, "schema" included.
+    assert sent["messages"] == messages
+    assert sent["response_format"]["json_schema"]["schema"] == {"type": "object"}
+    assert sent["tools"] == [WEATHER] and sent["store"] is False
+    assert request.plain_messages()[1] == ("user", "Weather here?")
+
+
+def test_an_unknown_field_is_refused_as_openai_refuses_it() -> None:
+    err = rejection(body(top_k=5))
+    assert (err.param, err.code, err.message) == (
+        "top_k",
+        "unknown_parameter",
+        "Unrecognized request argument supplied: top_k",
+    )
+
+
+def test_an_unknown_field_inside_a_message_names_its_path() -> None:
+    err = rejection(body(messages=[{"role": "user", "content": "Hi", "mood": "happy"}]))
+    assert err.param == "messages.0.mood" and err.code == "unknown_parameter"
+
+
+def test_listed_vendor_fields_are_kept_apart_as_sent() -> None:
+    extras = frozenset({"top_k", "chat_template_kwargs", "temperature"})
+    request = parse_chat(
+        body(top_k=40, chat_template_kwargs={"enable_thinking": False}, temperature=0.5),
+        max_tokens_limit=None,
+        extra_fields=extras,
+    )
+    # An OpenAI field is never a vendor field, even when listed: it is validated as OpenAI's.
+    assert request.vendor_fields == {"top_k": 40, "chat_template_kwargs": {"enable_thinking": False}}
+    assert request.temperature == 0.5
+    assert "top_k" not in request.sent()
+    assert rejection_with(body(min_p=0.1), extras).param == "min_p"
+
+
+def rejection_with(raw: bytes, extras: frozenset[str]) -> APIError:
+    with pytest.raises(APIError) as info:
+        parse_chat(raw, max_tokens_limit=None, extra_fields=extras)
+    assert info.value.status == 400
+    return info.value
+
+
+def test_top_logprobs_needs_logprobs() -> None:
+    err = rejection(body(top_logprobs=2))
+    assert err.param == "top_logprobs" and "'logprobs' must be true" in err.message
+
+
+@pytest.mark.parametrize(
+    ("stop", "param"),
+    [(["a", "b", "c", "d", "e"], "stop"), ("x" * 257, "stop"), (["ok", "y" * 257], "stop.1")],
+)
+def test_stop_strings_are_bounded_in_count_and_length(stop: Any, param: str) -> None:
+    assert rejection(body(stop=stop)).param == param
+
+
+def test_stop_at_the_limits_passes() -> None:
+    assert parse_chat(body(stop=["x" * 256] * 4), max_tokens_limit=None).stop_sequences == ["x" * 256] * 4
+
+
+def test_the_prompt_size_limit_counts_every_message_and_names_the_field() -> None:
+    two = [{"role": "system", "content": "a" * 6}, {"role": "user", "content": "b" * 5}]
+    assert parse_chat(body(messages=two), max_tokens_limit=None, max_prompt_chars=11)
+    with pytest.raises(APIError) as info:
+        parse_chat(body(messages=two), max_tokens_limit=None, max_prompt_chars=10)
+    assert (info.value.status, info.value.param, info.value.code) == (400, "messages", "prompt_too_long")
+    assert "11 characters" in info.value.message and "at most 10" in info.value.message
+    with pytest.raises(APIError) as info:
+        parse_completion(b'{"prompt": "abcdef"}', max_tokens_limit=None, max_prompt_chars=5)
+    assert info.value.param == "prompt"
+
+
+def test_a_prompt_is_a_string_or_a_one_element_list() -> None:
+    assert parse_completion(b'{"prompt": ["Once"]}', max_tokens_limit=None).prompt_text == "Once"
+    for raw, why in (
+        (b'{"prompt": ["a", "b"]}', "2 prompts were sent"),
+        (b'{"prompt": []}', "at least 1 item"),
+        (b'{"prompt": [1, 2]}', "valid string"),
+    ):
+        with pytest.raises(APIError) as info:
+            parse_completion(raw, max_tokens_limit=None)
+        assert info.value.param and info.value.param.startswith("prompt") and why in info.value.message, raw

@@ -213,3 +213,90 @@ def test_completion_json_for_completions_is_a_text_completion() -> None:
         " end",
         "stop",
     )
+
+
+# --- lossless: tool calls, reasoning, refusal, logprobs, usage details ------------------------------------
+
+CALL_HEAD = {"index": 0, "id": "call-1", "type": "function", "function": {"name": "get_weather", "arguments": ""}}
+LOGPROBS = {"content": [{"token": "Hi", "logprob": -0.2, "bytes": [72, 105], "top_logprobs": []}], "refusal": None}
+
+
+def test_tool_call_fragments_and_reasoning_go_out_as_the_container_sent_them() -> None:
+    encoder = ChunkEncoder(model="m", kind="chat", include_usage=True)
+    deltas = [
+        Delta("", role="assistant"),
+        Delta(reasoning_content="Let me"),
+        Delta(reasoning=" see"),
+        Delta(tool_calls=[CALL_HEAD]),
+        Delta(tool_calls=[{"index": 0, "function": {"arguments": '{"city"'}}]),
+        Delta(tool_calls=[{"index": 0, "function": {"arguments": ': "Oslo"}'}}]),
+        Delta(finish_reason="tool_calls"),
+        Delta(usage=Usage(7, 5, 12, {"completion_tokens_details": {"reasoning_tokens": 2}})),
+    ]
+    chunks = events(encode_all(encoder, deltas))
+    assert [c["choices"][0]["delta"] for c in chunks[1:7]] == [
+        {"reasoning_content": "Let me"},
+        {"reasoning": " see"},
+        {"tool_calls": [CALL_HEAD]},
+        {"tool_calls": [{"index": 0, "function": {"arguments": '{"city"'}}]},
+        {"tool_calls": [{"index": 0, "function": {"arguments": ': "Oslo"}'}}]},
+        {},
+    ]
+    assert chunks[6]["choices"][0]["finish_reason"] == "tool_calls"
+    assert chunks[7]["usage"] == {
+        "prompt_tokens": 7,
+        "completion_tokens": 5,
+        "total_tokens": 12,
+        "completion_tokens_details": {"reasoning_tokens": 2},
+    }
+    # The SDK reads them as its own types.
+    parsed = [ChatCompletionChunk.model_validate(c) for c in chunks[:-1]]
+    assert parsed[3].choices[0].delta.tool_calls is not None
+    assert parsed[3].choices[0].delta.tool_calls[0].function is not None
+    assert parsed[3].choices[0].delta.tool_calls[0].function.name == "get_weather"
+    assert parsed[-1].usage is not None and parsed[-1].usage.completion_tokens_details is not None
+    assert parsed[-1].usage.completion_tokens_details.reasoning_tokens == 2
+
+
+def test_logprobs_and_refusal_ride_on_their_chunk() -> None:
+    encoder = ChunkEncoder(model="m", kind="chat", include_usage=False)
+    first, second = encoder.encode(Delta("Hi", logprobs=LOGPROBS)), encoder.encode(Delta(refusal="I can't"))
+    assert events(first)[0]["choices"][0]["logprobs"] == LOGPROBS
+    assert events(second)[0]["choices"][0]["delta"] == {"refusal": "I can't"}
+    # A delta with only logprobs (a token whose text is empty) still goes out.
+    assert encoder.encode(Delta(logprobs=LOGPROBS))
+
+
+def test_unknown_usage_counts_are_left_out_not_zero() -> None:
+    encoder = ChunkEncoder(model="m", kind="chat", include_usage=True)
+    encoder.encode(Delta("x"))
+    encoder.encode(Delta(finish_reason="stop", usage=Usage(None, 4, None)))
+    assert events(encoder.done())[0]["usage"] == {"completion_tokens": 4}
+    whole = json.loads(completion_json(Delta("x", usage=Usage(None, 4, None)), model="m", kind="chat"))
+    assert whole["usage"] == {"completion_tokens": 4}
+
+
+def test_a_whole_answer_keeps_tool_calls_reasoning_and_logprobs() -> None:
+    call = {"id": "call-1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    delta = Delta(finish_reason="tool_calls", tool_calls=[call], reasoning_content="R", logprobs=LOGPROBS)
+    answer = json.loads(completion_json(delta, model="m", kind="chat"))
+    assert answer["choices"][0]["message"] == {
+        "role": "assistant",
+        "content": None,
+        "refusal": None,
+        "reasoning_content": "R",
+        "tool_calls": [call],
+    }
+    assert answer["choices"][0]["logprobs"] == LOGPROBS
+    parsed = ChatCompletion.model_validate(answer)
+    assert parsed.choices[0].message.tool_calls is not None
+    assert parsed.choices[0].message.tool_calls[0].id == "call-1"
+
+
+def test_completion_logprobs_go_out_on_text_chunks() -> None:
+    logprobs = {"tokens": ["a"], "token_logprobs": [-1.0], "top_logprobs": None, "text_offset": [0]}
+    encoder = ChunkEncoder(model="m", kind="completion", include_usage=False)
+    (chunk,) = events(encoder.encode(Delta("a", finish_reason="stop", logprobs=logprobs)))
+    assert chunk["choices"][0]["logprobs"] == logprobs
+    parsed = Completion.model_validate(chunk).choices[0].logprobs
+    assert parsed is not None and parsed.token_logprobs == [-1.0]

@@ -1,11 +1,16 @@
-"""In-process stand-ins for the two sides of the relay, for tests that need thousands of calls a second.
+"""The in-process fakes every test that drives the relay without sockets shares.
 
+- Recorded streams: the byte bodies of InvokeEndpointWithResponseStream answers as the containers send
+  them, before SageMaker cuts them into PayloadParts, with the deltas each must decode to. They carry
+  multi-byte UTF-8 (2-, 3- and 4-byte characters) so that re-chunking can split a character, and one of
+  them ends its lines with CRLF. :func:`relay_deltas` runs the real :func:`sagestream.relay.relay` over them.
 - :func:`stubbed_client`: a real boto3 ``sagemaker-runtime`` client whose HTTP send is answered by a
   ``before-send`` hook, so botocore's signing, parsing and ``EventStream`` are the real ones and nothing
   leaves the process. The answers come from the simulated endpoint's own pure functions (the model text,
   the dialect's events, the PayloadPart cuts and frames), so they are what ``SimulatedEndpoint`` would send.
 - :class:`RecordingStream`: a :class:`~sagestream.runtime.ResponseStream` that keeps what it was given and
   checks the prelude exactly as the runtime does (``encode_prelude``).
+- :func:`load_app` and :func:`context`: the function's module imported in this process, and a context.
 """
 
 from __future__ import annotations
@@ -25,8 +30,11 @@ import boto3
 import botocore.awsrequest
 import botocore.config
 
+from sagestream.dialects import Delta, Dialect, Usage, stream_decoder
 from sagestream.function_url import decode_prelude, encode_prelude
+from sagestream.relay import relay
 from sagestream.runtime import LambdaContext
+from sagestream.sse import ChunkEncoder
 from sagestream_local.endpoint import (
     EVENTSTREAM_CONTENT_TYPE,
     Scenario,
@@ -37,6 +45,144 @@ from sagestream_local.endpoint import (
     stream_events,
     whole_answer,
 )
+
+# --- recorded streams ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Recorded:
+    name: str
+    dialect: Dialect
+    body: bytes
+    deltas: list[Delta]
+
+
+# text-generation-inference /generate_stream (what SageMaker's TGI container sends for "stream": true):
+# axum SSE without the space after "data:", the EOS token marked special, details on the last event.
+TGI = Recorded(
+    "tgi",
+    "tgi",
+    (
+        'data:{"index":1,"token":{"id":15043,"text":"Café","logprob":-0.3,"special":false},'
+        '"generated_text":null,"details":null}\n\n'
+        'data:{"index":2,"token":{"id":29871,"text":" 日本","logprob":-1.1,"special":false},'
+        '"generated_text":null,"details":null}\n\n'
+        'data:{"index":3,"token":{"id":243,"text":" 🙂","logprob":-0.9,"special":false},'
+        '"generated_text":null,"details":null}\n\n'
+        'data:{"index":4,"token":{"id":2,"text":"</s>","logprob":-0.01,"special":true},'
+        '"generated_text":"Café 日本 🙂","details":{"finish_reason":"eos_token","generated_tokens":4,'
+        '"seed":null,"input_length":7}}\n\n'
+    ).encode(),
+    [
+        Delta("Café"),
+        Delta(" 日本"),
+        Delta(" 🙂"),
+        Delta("", finish_reason="stop", usage=Usage(7, 4, 11)),
+    ],
+)
+
+# vLLM's OpenAI server, chat with stream_options.include_usage: role chunk, content chunks, a finish
+# chunk, the usage chunk with empty choices, [DONE].
+_VLLM_HEAD = '"id":"chatcmpl-8f2","object":"chat.completion.chunk","created":1735000000,"model":"llama"'
+VLLM_CHAT = Recorded(
+    "vllm-chat",
+    "openai",
+    (
+        f'data: {{{_VLLM_HEAD},"choices":[{{"index":0,"delta":{{"role":"assistant","content":""}},'
+        '"logprobs":null,"finish_reason":null}],"usage":null}\n\n'
+        f'data: {{{_VLLM_HEAD},"choices":[{{"index":0,"delta":{{"content":"Grüß"}},'
+        '"logprobs":null,"finish_reason":null}],"usage":null}\n\n'
+        f'data: {{{_VLLM_HEAD},"choices":[{{"index":0,"delta":{{"content":" dich 👋"}},'
+        '"logprobs":null,"finish_reason":null}],"usage":null}\n\n'
+        f'data: {{{_VLLM_HEAD},"choices":[{{"index":0,"delta":{{"content":""}},'
+        '"logprobs":null,"finish_reason":"length","stop_reason":null}],"usage":null}\n\n'
+        f'data: {{{_VLLM_HEAD},"choices":[],'
+        '"usage":{"prompt_tokens":12,"total_tokens":15,"completion_tokens":3}}\n\n'
+        "data: [DONE]\n\n"
+    ).encode(),
+    [
+        Delta("", role="assistant"),
+        Delta("Grüß"),
+        Delta(" dich 👋"),
+        Delta("", finish_reason="length"),
+        Delta("", usage=Usage(12, 3, 15)),
+    ],
+)
+
+# TGI's Messages API (/v1/chat/completions), here behind something that ends lines with CRLF;
+# finish_reason arrives in the same chunk as the last text, as TGI sends it.
+_TGI_HEAD = '"object":"chat.completion.chunk","id":"","created":1735000001,"model":"tgi","system_fingerprint":"2.4.0"'
+TGI_MESSAGES_CRLF = Recorded(
+    "tgi-messages-crlf",
+    "openai",
+    (
+        f'data: {{{_TGI_HEAD},"choices":[{{"index":0,"delta":{{"role":"assistant","content":"Ça"}},'
+        '"logprobs":null,"finish_reason":null}]}\r\n\r\n'
+        ": keep-alive\r\n\r\n"
+        f'data: {{{_TGI_HEAD},"choices":[{{"index":0,"delta":{{"role":"assistant","content":" va €"}},'
+        '"logprobs":null,"finish_reason":"stop"}]}\r\n\r\n'
+        "data: [DONE]\r\n\r\n"
+    ).encode(),
+    [Delta("Ça", role="assistant"), Delta(" va €", role="assistant", finish_reason="stop")],
+)
+
+# vLLM /v1/completions streaming: text_completion chunks with choices[0].text.
+_CMPL_HEAD = '"id":"cmpl-1","object":"text_completion","created":1735000002,"model":"llama"'
+VLLM_COMPLETION = Recorded(
+    "vllm-completion",
+    "openai",
+    (
+        f'data: {{{_CMPL_HEAD},"choices":[{{"index":0,"text":" naïve","logprobs":null,'
+        '"finish_reason":null}]}\n\n'
+        f'data: {{{_CMPL_HEAD},"choices":[{{"index":0,"text":" ∑","logprobs":null,'
+        '"finish_reason":"stop"}]}\n\n'
+        "data: [DONE]\n\n"
+    ).encode(),
+    [Delta(" naïve"), Delta(" ∑", finish_reason="stop")],
+)
+
+# LMI (DJL Serving) rolling batch, output_formatter=jsonlines: one JSON object a line, details and
+# generated_text on the last.
+LMI = Recorded(
+    "lmi",
+    "lmi",
+    (
+        '{"token": {"id": 304, "text": "Deep ", "log_prob": -0.05}}\n'
+        '{"token": {"id": 11157, "text": "Lernen 🧠", "log_prob": -1.28}}\n'
+        '{"token": {"id": 278, "text": " ist schön", "log_prob": -0.007}}\n'
+        '{"token": {"id": 5972, "text": ".", "log_prob": -0.69}, "generated_text": "Deep Lernen 🧠 ist schön.", '
+        '"details": {"finish_reason": "length", "generated_tokens": 4, "inputs": "What is Deep Learning?"}}\n'
+    ).encode(),
+    [
+        Delta("Deep "),
+        Delta("Lernen 🧠"),
+        Delta(" ist schön"),
+        Delta(".", finish_reason="length", usage=Usage(None, 4, None)),
+    ],
+)
+
+# LMI with output_formatter=sse: the same lines behind "data:".
+LMI_SSE = Recorded(
+    "lmi-sse",
+    "lmi",
+    (
+        'data:{"token": {"id": 304, "text": "Ünï", "log_prob": -0.05}}\n\n'
+        'data:{"token": {"id": 2, "text": "", "log_prob": -0.1, "special_token": true}, "generated_text": "Ünï", '
+        '"details": {"finish_reason": "eos_token", "generated_tokens": 2, "inputs": "x"}}\n\n'
+    ).encode(),
+    [Delta("Ünï"), Delta("", finish_reason="stop", usage=Usage(None, 2, None))],
+)
+
+RECORDED = [TGI, VLLM_CHAT, TGI_MESSAGES_CRLF, VLLM_COMPLETION, LMI, LMI_SSE]
+
+
+def relay_deltas(dialect: Dialect, parts: list[bytes]) -> list[Delta]:
+    """The deltas the relay itself yields for these PayloadParts (the closing bytes left out)."""
+    encoder = ChunkEncoder(model="m", kind="chat", include_usage=True)
+    return [item for item, _ in relay(parts, stream_decoder(dialect), encoder) if isinstance(item, Delta)]
+
+
+# --- the stubbed endpoint, the recording response stream -----------------------------------------------------
 
 
 class RawPieces:
@@ -126,7 +272,7 @@ def event_stream_response(
     return botocore.awsrequest.AWSResponse("http://127.0.0.1/stub", 200, head, RawPieces(chunks))
 
 
-def stubbed_client(upstream: Upstream) -> Any:
+def stubbed_client(upstream: Upstream, *, max_attempts: int = 1) -> Any:
     """A real boto3 client whose every call is answered in-process by ``upstream`` (nothing is sent)."""
     client = boto3.client(
         "sagemaker-runtime",
@@ -135,7 +281,8 @@ def stubbed_client(upstream: Upstream) -> Any:
         endpoint_url="http://127.0.0.1:9",
         aws_access_key_id="AKIASTUBSTUBSTUBSTUB",
         aws_secret_access_key="stub-secret-not-real",
-        config=botocore.config.Config(retries={"mode": "standard", "total_max_attempts": 1}),
+        # As upstream.make_client configures it; one attempt unless a test is about retries.
+        config=botocore.config.Config(retries={"mode": "standard", "total_max_attempts": max_attempts}),
     )
     client.meta.events.register("before-send.sagemaker-runtime.*", upstream.answer)
     return client

@@ -1,0 +1,45 @@
+"""The openai npm package under Node streams a tool call through the local stack, fragment by fragment.
+
+``make test`` installs the package from ``tests/node/package-lock.json`` (``npm ci --prefix tests/node``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from sagestream_local.stack import SIM_ENDPOINT_NAME, LocalStack
+
+NODE_DIR = Path(__file__).resolve().parents[1] / "node"
+
+
+def test_the_node_sdk_streams_a_tool_call(stack: LocalStack) -> None:
+    node = shutil.which("node")
+    if node is None or not (NODE_DIR / "node_modules" / "openai").is_dir():
+        pytest.fail("Node and the openai npm package are needed: run `make test` (it runs npm ci --prefix tests/node)")
+    assert stack.endpoint is not None
+    done = subprocess.run(
+        [node, str(NODE_DIR / "stream_tool_call.mjs")],
+        env={**os.environ, "SAGESTREAM_BASE_URL": stack.url + "/v1", "SAGESTREAM_MODEL": SIM_ENDPOINT_NAME},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    first = next(r for r in stack.endpoint.records if r.operation == "InvokeEndpointWithResponseStream")
+    fragments_sent = [t.text for t in first.tokens[1:]]  # token 0 is the call's head
+    assert len(seen["ids"]) == 1
+    assert seen["head"]["index"] == 0 and seen["head"]["type"] == "function"
+    assert seen["head"]["name"] == "get_weather" and seen["head"]["id"].startswith("chatcmpl-tool-")
+    assert seen["fragments"] == fragments_sent and len(fragments_sent) > 3
+    assert seen["finishReason"] == "tool_calls"
+    (call,) = seen["finalToolCalls"]
+    assert call["function"]["name"] == "get_weather"
+    assert json.loads(call["function"]["arguments"]) == json.loads("".join(fragments_sent))

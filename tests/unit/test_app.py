@@ -1,0 +1,146 @@
+"""The routes in-process, over a real boto3 client answered by the shared fakes: the route table (404, 405 with
+Allow, HEAD), what unauthenticated answers say, x-request-id on every answer, and the writer's one rule."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from sagestream.config import Config
+from sagestream.function_url import build_event
+from sagestream_local.endpoint import model_error
+from tests.fakes import RecordingStream, Upstream, context, load_app, response, stubbed_client
+
+app = load_app()
+CHAT = "/v1/chat/completions"
+ASK = {"messages": [{"role": "user", "content": "Hi"}]}
+
+
+def make(**env: str) -> tuple[Any, Upstream]:
+    upstream = Upstream()
+    return app.App(Config.from_env({"SAGEMAKER_ENDPOINT_NAME": "unit-llm", **env}), stubbed_client(upstream)), upstream
+
+
+def run(
+    handler: Any, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None
+) -> RecordingStream:
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode() if body is not None else b""
+    event = build_event(
+        method=method,
+        raw_path=path,
+        raw_query="",
+        headers=list({"content-type": "application/json", **(headers or {})}.items()),
+        body=raw,
+        source_ip="127.0.0.1",
+    )
+    stream = RecordingStream()
+    handler(event, stream, context())
+    assert stream.closed
+    return stream
+
+
+@pytest.fixture(scope="module")
+def open_app() -> Any:
+    return make(AUTH_MODE="none", SERVE_UI="true")[0]
+
+
+def test_a_known_path_with_the_wrong_method_is_a_405_naming_the_allowed_ones(open_app: Any) -> None:
+    post_only = run(open_app, "GET", CHAT)
+    assert post_only.status == 405 and post_only.headers["allow"] == "POST"
+    get_only = run(open_app, "DELETE", "/v1/models")
+    assert get_only.status == 405 and get_only.headers["allow"] == "GET, HEAD"
+    assert json.loads(get_only.body)["error"]["code"] == "method_not_allowed"
+
+
+def test_unknown_paths_and_models_are_404s(open_app: Any) -> None:
+    assert json.loads(run(open_app, "GET", "/v2/x").body)["error"]["code"] == "unknown_url"
+    missing = json.loads(run(open_app, "GET", "/v1/models/other").body)["error"]
+    assert (missing["code"], missing["param"]) == ("model_not_found", "model")
+    assert run(open_app, "GET", "/v1/models/unit-llm/").status == 200, "a trailing slash names the same route"
+
+
+@pytest.mark.parametrize("path", ["/health", "/v1/models", "/v1/models/unit-llm", "/"])
+def test_head_answers_as_get_does_without_the_body(open_app: Any, path: str) -> None:
+    get, head = run(open_app, "GET", path), run(open_app, "HEAD", path)
+    assert get.status == head.status == 200 and get.body
+    assert head.body == b""
+    assert {k: v for k, v in head.headers.items() if k != "x-request-id"} == {
+        k: v for k, v in get.headers.items() if k != "x-request-id"
+    }
+
+
+def test_health_says_ok_and_nothing_else(open_app: Any) -> None:
+    assert json.loads(run(open_app, "GET", "/health").body) == {"status": "ok"}
+
+
+def test_with_keys_nothing_unauthenticated_names_the_model_or_the_endpoint() -> None:
+    keyed, _ = make(AUTH_MODE="api_key", API_KEYS="sk-unit", SERVE_UI="true", MODEL_ID="secret-model-7")
+    for path in ("/health", "/", "/index.html"):
+        answer = run(keyed, "GET", path)
+        assert answer.status == 200
+        assert b"secret-model-7" not in answer.body and b"unit-llm" not in answer.body, path
+    assert run(keyed, "GET", "/v1/models").status == 401
+    models = run(keyed, "GET", "/v1/models", headers={"authorization": "Bearer sk-unit"})
+    assert json.loads(models.body)["data"][0]["id"] == "secret-model-7"
+
+
+def test_without_keys_the_page_is_told_the_model(open_app: Any) -> None:
+    assert b'data-model="unit-llm"' in run(open_app, "GET", "/").body
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "status"),
+    [
+        ("POST", CHAT, {**ASK, "stream": True}, 200),
+        ("POST", CHAT, ASK, 200),
+        ("POST", "/v1/completions", {"prompt": "Hi"}, 200),
+        ("POST", CHAT, {"messages": []}, 400),
+        ("GET", "/v1/models", None, 200),
+        ("GET", "/nowhere", None, 404),
+    ],
+)
+def test_every_answer_carries_the_invocations_id(open_app: Any, method: str, path: str, body: Any, status: int) -> None:
+    answer = run(open_app, method, path, body)
+    assert answer.status == status and answer.headers["x-request-id"] == "stub-invocation"
+
+
+def test_chat_and_completion_are_one_handler_given_a_parser_and_a_kind(open_app: Any) -> None:
+    chat = run(open_app, "POST", CHAT, {**ASK, "stream": True}).data_events()
+    text = run(open_app, "POST", "/v1/completions", {"prompt": "Hi", "stream": True}).data_events()
+    assert chat[0]["object"] == "chat.completion.chunk" and text[0]["object"] == "text_completion"
+    assert chat[-1] == text[-1] == "[DONE]"
+    refused = run(open_app, "POST", "/v1/completions", {"prompt": "Hi", "model": "gpt-4o"})
+    assert (refused.status, json.loads(refused.body)["error"]["param"]) == (404, "model")
+
+
+def test_a_container_refusal_before_the_stream_is_its_own_4xx_in_openais_shape() -> None:
+    handler, upstream = make(AUTH_MODE="none")
+    refusal = model_error(400, json.dumps({"object": "error", "message": "maximum context length is 8"}), "e", "v")
+    upstream.override = lambda op, body: response(refusal.status, json.dumps(refusal.body).encode(), refusal.headers())
+    answer = run(handler, "POST", CHAT, {**ASK, "stream": True})
+    assert answer.status == 400 and answer.headers["x-request-id"] == "stub-invocation"
+    error = json.loads(answer.body)["error"]
+    assert (error["code"], error["type"], error["message"]) == (
+        "context_length_exceeded",
+        "invalid_request_error",
+        "maximum context length is 8",
+    )
+    assert len(upstream.calls) == 1
+
+
+def test_the_response_starts_only_with_the_first_bytes() -> None:
+    stream = RecordingStream()
+    writer = app.Writer(stream, "r-1")
+    writer.write(b"")
+    assert not stream.started
+    writer.write(b"data: x\n\n", 200, app.SSE_HEADERS)
+    writer.write(b"data: y\n\n", 500, {})  # status and headers are fixed by the first write
+    assert stream.status == 200 and stream.headers["x-request-id"] == "r-1"
+    assert stream.writes == [b"data: x\n\n", b"data: y\n\n"]
+
+
+def test_the_route_table_is_the_one_place_that_says_which_routes_need_a_key(open_app: Any) -> None:
+    keyed = {path for path, route in open_app.routes.items() if route.keyed}
+    assert keyed == {CHAT, "/v1/completions", "/v1/models", "/v1/models/unit-llm"}
