@@ -195,8 +195,11 @@ class App:
         self.routes: dict[str, Route] = {route.path: route for route in routes}
 
     def __call__(self, event: dict[str, Any], stream: ResponseStream, context: LambdaContext) -> None:
+        arrived, arrived_cpu = time.monotonic(), time.process_time()  # before any work on the event
         request = Request.from_event(event)
         record = StreamRecord(
+            started=arrived,
+            started_cpu=arrived_cpu,
             method=request.method,
             path=request.path,
             caller=request.caller,
@@ -361,7 +364,8 @@ class App:
                         logger.warning("stream ended by an upstream failure: %s", item.message)
                     writer.write(data, 200, SSE_HEADERS)
                     if isinstance(item, Delta):
-                        record.wrote(item, data)
+                        # Timed here, at the edge: from the read that completed the delta to its write.
+                        record.wrote(item, data, read_at=parts.read_at)
             except ClientDisconnected:
                 record.client_disconnected = True
 

@@ -312,6 +312,7 @@ class PayloadParts:
 
     def __init__(self, event_stream: Any, *, deadline: float | None = None, read_timeout_s: float = 60.0) -> None:
         self._event_stream = event_stream
+        self.read_at: float | None = None  # time.monotonic() when the last socket read returned
         # botocore keeps the urllib3 response private; it is the one place to read without its 64 KiB reads.
         self._raw = event_stream._raw_stream
         self._deadline = deadline
@@ -323,7 +324,10 @@ class PayloadParts:
         try:
             while True:
                 self._bound_next_read()
-                data = self._raw.read1(_READ_SIZE)
+                try:
+                    data = self._raw.read1(_READ_SIZE)
+                finally:
+                    self.read_at = time.monotonic()
                 if not data:
                     return
                 buffer.add_data(data)
