@@ -9,13 +9,18 @@ VENV := .venv
 PY := $(VENV)/bin/python
 SAM_VENV := .venv-sam
 SAM := $(SAM_VENV)/bin/sam
+# cargo-lambda (PyPI's wheel: one Rust binary), the independent Lambda emulator tests/emulator runs the
+# function under. Installed without its ziglang dependency (411 MB): zig cross-compiles Rust, which
+# `cargo lambda watch --only-lambda-apis` never does; it needs only `cargo` on PATH, for `cargo metadata`.
+CARGO_LAMBDA_VENV := .venv-cargo-lambda
+CARGO_LAMBDA_VERSION := 1.9.2
 PORT ?= 3000
 EVENT ?= events/chat-stream.json
 ENV ?= dev
 # The SAM CLI reports usage to AWS unless told not to; builds and tests here talk to nobody.
 export SAM_CLI_TELEMETRY ?= 0
 
-.PHONY: help install run test soak lint invoke invoke-sam build deploy bench measure
+.PHONY: help install run test soak lint invoke invoke-sam build deploy bench measure verify
 
 help:
 	@echo "make run       serve the function locally on the simulated endpoint (PORT=$(PORT))"
@@ -28,6 +33,7 @@ help:
 	@echo "make deploy    sam build and sam deploy --config-env $(ENV) (ENV=dev|prod, see samconfig.toml)"
 	@echo "make bench     side-by-side benchmark into bench/results (QUICK=1: under a minute)"
 	@echo "make measure   TTFT, bursts and cadence of a URL (URL=... RUNS=3 SIGV4=1 API_KEY=...)"
+	@echo "make verify    check a deployment: PASS/FAIL/UNKNOWN per behaviour (URL=... SIGV4=1 API_KEY=... ORIGIN=... LOG_GROUP=...)"
 
 install: $(VENV)/.installed
 
@@ -45,6 +51,12 @@ $(SAM_VENV)/.installed:
 	$(SAM_VENV)/bin/pip install -q aws-sam-cli==1.170.0 cfn-lint==1.58.0
 	@touch $@
 
+$(CARGO_LAMBDA_VENV)/.installed: Makefile
+	$(PYTHON) -m venv $(CARGO_LAMBDA_VENV)
+	$(CARGO_LAMBDA_VENV)/bin/pip install -q --upgrade pip
+	$(CARGO_LAMBDA_VENV)/bin/pip install -q --no-deps cargo-lambda==$(CARGO_LAMBDA_VERSION)
+	@touch $@
+
 run: install
 	$(PY) -m sagestream_local --port $(PORT)
 
@@ -54,7 +66,7 @@ $(NODE_TESTS): tests/node/package.json tests/node/package-lock.json
 	npm ci --prefix tests/node --no-audit --no-fund
 	@touch $@
 
-test: install $(SAM_VENV)/.installed $(NODE_TESTS)
+test: install $(SAM_VENV)/.installed $(NODE_TESTS) $(CARGO_LAMBDA_VENV)/.installed
 	$(PY) -m pytest
 
 # make test runs a 200-invocation version (tests/reliability/test_soak.py) with the same bounds.
@@ -77,6 +89,10 @@ RUNS ?= 3
 measure: install
 	@test -n "$(URL)" || { echo "make measure URL=https://....lambda-url.REGION.on.aws/ [RUNS=3] [SIGV4=1] [API_KEY=...]" >&2; exit 1; }
 	$(PY) -m sagestream_local.measure "$(URL)" --runs $(RUNS) $(if $(SIGV4),--sigv4) $(if $(API_KEY),--api-key "$(API_KEY)") $(if $(JSON),--json)
+
+verify: install
+	@test -n "$(URL)" || { echo "make verify URL=https://....lambda-url.REGION.on.aws/ [SIGV4=1] [API_KEY=...] [ORIGIN=https://app.example] [LOG_GROUP=/aws/lambda/NAME]" >&2; exit 1; }
+	$(PY) -m sagestream_local.verify "$(URL)" $(if $(SIGV4),--sigv4) $(if $(API_KEY),--api-key "$(API_KEY)") $(if $(ORIGIN),--origin "$(ORIGIN)") $(if $(LOG_GROUP),--log-group "$(LOG_GROUP)") $(if $(JSON),--json)
 
 # sam local invoke runs the artifact in a Lambda container image; without a Docker engine it cannot.
 invoke-sam: $(SAM_VENV)/.installed

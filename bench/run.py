@@ -13,6 +13,7 @@ import datetime
 import json
 import os
 import platform
+import socket
 import statistics
 import subprocess
 import sys
@@ -99,9 +100,11 @@ class InitClock:
             clock.spawned[id(env)] = time.monotonic()
             spawn(env)
 
-        def timed_next(env: runtime_api.ExecutionEnvironment) -> runtime_api.Invocation | None:
+        def timed_next(
+            env: runtime_api.ExecutionEnvironment, connection: socket.socket
+        ) -> runtime_api.Invocation | None:
             clock.first_next.setdefault(id(env), time.monotonic())
-            return next_invocation(env)
+            return next_invocation(env, connection)
 
         env_class._spawn = timed_spawn  # type: ignore[method-assign]
         env_class.next_invocation = timed_next  # type: ignore[method-assign]

@@ -21,8 +21,6 @@ Example (``make invoke`` runs this for real)::
     >>> route = Route("/health", ("GET",), App._health)
     >>> route.methods, route.keyed
     (('GET', 'HEAD'), False)
-    >>> media_type("Application/JSON; charset=utf-8")
-    'application/json'
     >>> from sagestream.app import handler                     # doctest: +SKIP
     >>> handler(function_url_event, response_stream, context)  # doctest: +SKIP
 """
@@ -44,17 +42,17 @@ from sagestream.auth import Authenticator, requires_key
 from sagestream.config import Config
 from sagestream.dialects import Delta
 from sagestream.errors import APIError
-from sagestream.function_url import event_body
+from sagestream.function_url import event_body, media_type
 from sagestream.record import StreamRecord
 from sagestream.relay import relay
-from sagestream.runtime import ClientDisconnected, LambdaContext, ResponseStream
+from sagestream.runtime import ClientDisconnected, LambdaContext, ResponseStream, WriteTimedOut
 from sagestream.sse import ChunkEncoder, Kind, completion_json, error_event
 from sagestream.telemetry import Telemetry, prompt_of
 
 if TYPE_CHECKING:
     from sagestream.schema import ChatCompletionRequest, CompletionRequest
 
-__all__ = ["App", "Call", "Request", "Route", "Writer", "handler", "media_type"]
+__all__ = ["App", "Call", "Request", "Route", "Writer", "handler"]
 
 logger = logging.getLogger(__name__)
 
@@ -72,11 +70,6 @@ PAGE_HEADERS = {
     "content-security-policy": "default-src 'self'; script-src 'self' 'unsafe-inline'; "
     "style-src 'self' 'unsafe-inline'; connect-src 'self'; img-src 'self' data:",
 }
-
-
-def media_type(content_type: str) -> str:
-    """The media type of a ``Content-Type`` value: no parameters, lower case."""
-    return content_type.split(";", 1)[0].strip().lower()
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,6 +212,11 @@ class App:
                 if writer.started:  # pragma: no cover - every streaming path writes its own error event
                     raise
                 writer.error(err)
+            except WriteTimedOut:
+                # The caller stopped reading and a write could not end before the deadline: the invocation
+                # stops here as a deadline stop, and its log record and metrics are still written below.
+                logger.warning("a write could not finish before the deadline; the client stopped reading")
+                record.fail(upstream.error_from(upstream.DeadlineReached()))
             except ClientDisconnected:
                 record.client_disconnected = True
             except Exception:
@@ -359,18 +357,17 @@ class App:
         encoder = ChunkEncoder(
             model=cfg.model_id, kind=kind, include_usage=req.include_usage, pad_bytes=cfg.sse_pad_bytes
         )
-        with parts:  # closed at once however the loop ends: the endpoint stops generating for nobody
-            try:
-                for item, data in relay(_timed(parts, record), dialects.stream_decoder(cfg.dialect, req), encoder):
-                    if isinstance(item, APIError):
-                        record.fail(item)
-                        logger.warning("stream ended by an upstream failure: %s", item.message)
-                    writer.write(data, 200, SSE_HEADERS)
-                    if isinstance(item, Delta):
-                        # Timed here, at the edge: from the read that completed the delta to its write.
-                        record.wrote(item, data, read_at=parts.read_at)
-            except ClientDisconnected:
-                record.client_disconnected = True
+        # Closed at once however the loop ends (a client gone raises out of the write): the endpoint stops
+        # generating for nobody.
+        with parts:
+            for item, data in relay(_timed(parts, record), dialects.stream_decoder(cfg.dialect, req), encoder):
+                if isinstance(item, APIError):
+                    record.fail(item)
+                    logger.warning("stream ended by an upstream failure: %s", item.message)
+                writer.write(data, 200, SSE_HEADERS)
+                if isinstance(item, Delta):
+                    # Timed here, at the edge: from the read that completed the delta to its write.
+                    record.wrote(item, data, read_at=parts.read_at)
 
 
 def _timed(parts: Iterable[bytes], record: StreamRecord) -> Iterator[bytes]:

@@ -1,7 +1,8 @@
 """The Function URL's side of the wire: the event Lambda hands the function, and the response prelude.
 
-One home for both (design invariant 5): the streaming runtime encodes the prelude, the local Function URL
-front (``sagestream_local``) builds events and decodes preludes, and both use this module.
+One home for both (invariant 5 of the README's "Architecture" section): the streaming runtime encodes
+the prelude, the local Function URL front (``sagestream_local``) builds events and decodes preludes, and
+both use this module.
 
 A streamed Function URL response body (``application/vnd.awslambda.http-integration-response``) is a
 JSON prelude ``{"statusCode", "headers", "cookies"}``, then eight NUL bytes, then the response body.
@@ -65,7 +66,11 @@ def _check_header_text(text: str, what: str) -> str:
 
 
 def encode_prelude(status: int, headers: Mapping[str, str], cookies: Iterable[str] = ()) -> bytes:
-    """The prelude and its separator, refusing anything that could inject a header or a cookie."""
+    """The prelude and its separator, refusing anything that could inject a header or a cookie.
+
+    >>> encode_prelude(404, {"content-type": "application/json"})
+    b'{"statusCode":404,"headers":{"content-type":"application/json"},"cookies":[]}\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00'
+    """
     if not 100 <= status <= 599:
         raise PreludeError(f"status {status} is not an HTTP status")
     checked: dict[str, str] = {}
@@ -76,9 +81,9 @@ def encode_prelude(status: int, headers: Mapping[str, str], cookies: Iterable[st
             raise BadHeader("cookies travel in the prelude's cookies, not as a set-cookie header")
         checked[_check_header_text(name, "header name")] = _check_header_text(str(value), f"header {name}")
     cookie_list = [_check_header_text(c, "cookie") for c in cookies]
-    prelude: dict[str, Any] = {"statusCode": status, "headers": checked}
-    if cookie_list:
-        prelude["cookies"] = cookie_list
+    # ``cookies`` is always present, empty or not: Lambda accepts either, but a strict reader (cargo-lambda's
+    # emulator deserializes it as a required field) answers 500 to a prelude without it.
+    prelude: dict[str, Any] = {"statusCode": status, "headers": checked, "cookies": cookie_list}
     return json.dumps(prelude, separators=(",", ":")).encode() + SEPARATOR
 
 
@@ -130,8 +135,17 @@ def decode_prelude(head: bytes) -> Prelude:
     return Prelude(status, dict(headers), tuple(cookies))
 
 
+def media_type(content_type: str) -> str:
+    """The media type of a ``Content-Type`` value: no parameters, lower case.
+
+    >>> media_type("Application/JSON; charset=utf-8")
+    'application/json'
+    """
+    return content_type.split(";", 1)[0].strip().lower()
+
+
 def _is_text(content_type: str) -> bool:
-    media = content_type.split(";", 1)[0].strip().lower()
+    media = media_type(content_type)
     return (
         media.startswith(_TEXT_TYPES)
         or media.endswith(_TEXT_SUFFIXES)

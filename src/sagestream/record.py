@@ -146,7 +146,7 @@ class StreamRecord:
     started_cpu: float = field(default_factory=time.process_time)
     first_delta_cpu: float | None = None
     relay: Histogram = field(default_factory=Histogram)
-    text_deltas: int = 0
+    output_deltas: int = 0
     usage_tokens: int | None = None
     finish_reason: str | None = None
     error_type: str | None = None
@@ -158,8 +158,8 @@ class StreamRecord:
 
     @property
     def output_tokens(self) -> int:
-        """The container's count when it reported usage, else the deltas that carried text."""
-        return self.usage_tokens if self.usage_tokens is not None else self.text_deltas
+        """The container's count when it reported usage, else the deltas that carried text, tools or reasoning."""
+        return self.usage_tokens if self.usage_tokens is not None else self.output_deltas
 
     def wrote(self, delta: Delta, data: bytes, now: float | None = None, read_at: float | None = None) -> None:
         """``delta`` was produced and its bytes ``data`` written (``b""``: nothing to write for it).
@@ -178,10 +178,10 @@ class StreamRecord:
             self.finish_reason = delta.finish_reason
         if delta.usage is not None:
             self.usage_tokens = delta.usage.completion_tokens
-        if delta.content:
-            self.text_deltas += 1
-            if self.completion is not None:
-                self.completion.append(delta.content)
+        if delta.content or delta.tool_calls or delta.reasoning_content or delta.reasoning or delta.refusal:
+            self.output_deltas += 1  # each such delta is one generated token on the servers that stream
+        if delta.content and self.completion is not None:
+            self.completion.append(delta.content)
 
     def fail(self, err: APIError) -> None:
         """The invocation ended with ``err`` (as a status before the first byte, or as an SSE error event)."""

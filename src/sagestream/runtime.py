@@ -7,15 +7,25 @@ this module speaks it directly, as the published Runtime API describes it:
 
 - ``GET  /2018-06-01/runtime/invocation/next`` blocks until an event arrives (no read timeout);
 - ``POST /2018-06-01/runtime/invocation/{id}/response`` with ``Lambda-Runtime-Function-Response-Mode:
-  streaming`` and a chunked body: the JSON prelude, 8 NUL bytes, then the body, one HTTP chunk per write;
-  an error after the first byte ends the body with the ``Lambda-Runtime-Function-Error-Type`` and
-  ``Lambda-Runtime-Function-Error-Body`` trailers;
+  streaming`` and a chunked body: the JSON prelude as one HTTP chunk, the 8 NUL bytes as the next, then
+  the body, one HTTP chunk per write; a handler that raises after the first byte has its body ended with
+  the ``Lambda-Runtime-Function-Error-Type`` and ``Lambda-Runtime-Function-Error-Body`` trailers (AWS
+  documents them as the way to report a failure once the response has begun, and says Lambda treats such
+  a response as a success: they do not count in the ``Errors`` metric);
 - ``POST /2018-06-01/runtime/invocation/{id}/error`` for a failure before anything was written;
 - ``POST /2018-06-01/runtime/init/error`` when the handler cannot be loaded, and the process exits.
 
 It knows nothing of SageMaker: the handler is ``handler(event, stream, context)``.
 
-Environment variables read: ``AWS_LAMBDA_RUNTIME_API`` (host:port), ``_HANDLER`` (``module.function``,
+The same code runs under Lambda and under an independent emulator, cargo-lambda (``cargo lambda watch
+--only-lambda-apis``), whose Runtime API differs in three allowed ways, each handled here: its address
+is a URL with a path (``http://127.0.0.1:9000/.rt``), its deadline header is a duration (``600000``)
+rather than an epoch time, and it answers the streamed ``/response`` POST with ``200`` before the body
+ends. So the stream tells an early answer from the far side closing: an early 2xx does not end the
+stream, an early error status does (logged), and EOF or a reset is the caller gone.
+
+Environment variables read: ``AWS_LAMBDA_RUNTIME_API`` (``host:port``, or a URL with a path prefix),
+``_HANDLER`` (``module.function``,
 default ``sagestream.app.handler``), and for the context ``AWS_LAMBDA_FUNCTION_NAME``,
 ``AWS_LAMBDA_FUNCTION_VERSION``, ``AWS_LAMBDA_FUNCTION_MEMORY_SIZE``, ``AWS_LAMBDA_LOG_GROUP_NAME``,
 ``AWS_LAMBDA_LOG_STREAM_NAME``. It sets ``_X_AMZN_TRACE_ID`` for each invocation.
@@ -28,6 +38,7 @@ Example::
 from __future__ import annotations
 
 import base64
+import contextlib
 import http.client
 import importlib
 import json
@@ -40,15 +51,44 @@ import traceback
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
-from sagestream.function_url import CONTENT_TYPE, encode_prelude
+from sagestream.function_url import CONTENT_TYPE, SEPARATOR, encode_prelude
 
 API_VERSION = "2018-06-01"
 DEFAULT_HANDLER = "sagestream.app.handler"
+# A Lambda-Runtime-Deadline-Ms below this (2001-09-09 in epoch ms) cannot be an epoch time: it is a duration
+# from now, as cargo-lambda sends (its timeout, 600000). Real Lambda always sends an epoch time.
+_EPOCH_MS_FLOOR = 1_000_000_000_000
+# A write may block on a stalled reader; it gives up this long before the deadline, so the handler still has
+# time to end the response and log its record before Lambda stops the process.
+WRITE_RESERVE_S = 0.5
+_MIN_WRITE_TIMEOUT_S = 0.05
+# What a started response with no body bytes gets at close (see StreamingResponse.close): an SSE comment for
+# an event stream (every SSE parser skips it), a newline for anything else.
+_SSE_FILLER = b":\n\n"
+_FILLER = b"\n"
 
 
 class ClientDisconnected(ConnectionError):
     """The caller is gone: nothing more written will reach it."""
+
+
+class WriteTimedOut(ClientDisconnected):
+    """A write could not finish before the invocation's deadline: the caller stopped reading.
+
+    A subclass of :class:`ClientDisconnected` because, for the handler, it means the same thing (stop
+    producing; nobody is reading), but it is told apart in the log: the caller did not leave, it stalled.
+    """
+
+
+class ResponseRefused(ClientDisconnected):
+    """The Runtime API answered the streamed response with an error status before the body ended."""
+
+    def __init__(self, status: int, said: bytes) -> None:
+        super().__init__(f"the Runtime API refused the response with {status}: {said[:500]!r}")
+        self.status = status
+        self.said = said
 
 
 class ResponseStream(Protocol):
@@ -112,13 +152,48 @@ def _json_header(value: str | None) -> Any:
         return None
 
 
+def parse_address(address: str) -> tuple[str, int, str]:
+    """Host, port and path prefix of ``AWS_LAMBDA_RUNTIME_API``.
+
+    Lambda gives ``host:port``; cargo-lambda gives a URL whose path prefixes every Runtime API path.
+
+    >>> parse_address("127.0.0.1:9001")
+    ('127.0.0.1', 9001, '')
+    >>> parse_address("http://127.0.0.1:9000/.rt/sagestream/")
+    ('127.0.0.1', 9000, '/.rt/sagestream')
+    >>> parse_address("[::1]:9001")
+    ('::1', 9001, '')
+    """
+    url = urlsplit(address if "://" in address else f"http://{address}")
+    if url.scheme != "http" or url.port is None:
+        raise ValueError(f"AWS_LAMBDA_RUNTIME_API {address!r} is neither host:port nor http://host:port/path")
+    return url.hostname or "127.0.0.1", url.port, url.path.rstrip("/")
+
+
+def deadline_from_header(value: str | None, now_ms: int) -> tuple[int, bool]:
+    """The invocation's deadline in epoch ms, and whether the header was a duration rather than a time.
+
+    >>> deadline_from_header("1700000000000", now_ms=1_699_999_990_000)
+    (1700000000000, False)
+    >>> deadline_from_header("600000", now_ms=1_700_000_000_000)
+    (1700000600000, True)
+    """
+    raw = int(value or 0)
+    if raw < _EPOCH_MS_FLOOR:
+        return now_ms + raw, True
+    return raw, False
+
+
 class RuntimeAPIClient:
     """The calls of the Runtime API. ``next`` keeps one connection; each response gets its own."""
 
     def __init__(self, address: str) -> None:
-        host, _, port = address.rpartition(":")
-        self.host, self.port = host or "127.0.0.1", int(port)
+        self.host, self.port, self.prefix = parse_address(address)
         self._next_conn: http.client.HTTPConnection | None = None
+        self._said_relative_deadline = False
+
+    def path(self, resource: str) -> str:
+        return f"{self.prefix}/{API_VERSION}/runtime/{resource}"
 
     def _connect(self, timeout: float | None) -> http.client.HTTPConnection:
         conn = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
@@ -131,7 +206,7 @@ class RuntimeAPIClient:
         if self._next_conn is None:
             self._next_conn = self._connect(timeout=None)  # /next blocks until there is work
         try:
-            self._next_conn.request("GET", f"/{API_VERSION}/runtime/invocation/next")
+            self._next_conn.request("GET", self.path("invocation/next"))
             resp = self._next_conn.getresponse()
             body = resp.read()
         except (OSError, http.client.HTTPException):
@@ -141,9 +216,18 @@ class RuntimeAPIClient:
         if resp.status != 200:
             raise RuntimeError(f"/next answered {resp.status}: {body[:200]!r}")
         request_id = resp.getheader("Lambda-Runtime-Aws-Request-Id", "")
+        deadline_header = resp.getheader("Lambda-Runtime-Deadline-Ms")
+        deadline_ms, relative = deadline_from_header(deadline_header, int(time.time() * 1000))
+        if relative and not self._said_relative_deadline:
+            self._said_relative_deadline = True
+            print(
+                f"sagestream.runtime: Lambda-Runtime-Deadline-Ms {deadline_header!r} is no epoch time; "
+                "taken as milliseconds from now (an emulator's timeout). Said once.",
+                file=sys.stderr,
+            )
         context = LambdaContext(
             aws_request_id=request_id,
-            deadline_ms=int(resp.getheader("Lambda-Runtime-Deadline-Ms", "0") or 0),
+            deadline_ms=deadline_ms,
             invoked_function_arn=resp.getheader("Lambda-Runtime-Invoked-Function-Arn", ""),
             identity=_json_header(resp.getheader("Lambda-Runtime-Cognito-Identity")),
             client_context=_json_header(resp.getheader("Lambda-Runtime-Client-Context")),
@@ -171,29 +255,38 @@ class RuntimeAPIClient:
 
     def post_error(self, request_id: str, exc: BaseException) -> int:
         payload = _error_payload(exc)
-        return self._post(f"/{API_VERSION}/runtime/invocation/{request_id}/error", payload, payload["errorType"])
+        return self._post(self.path(f"invocation/{request_id}/error"), payload, payload["errorType"])
 
     def post_init_error(self, exc: BaseException, error_type: str) -> int:
-        return self._post(f"/{API_VERSION}/runtime/init/error", _error_payload(exc, error_type), error_type)
+        return self._post(self.path("init/error"), _error_payload(exc, error_type), error_type)
 
-    def response_stream(self, request_id: str) -> StreamingResponse:
-        return StreamingResponse(self, request_id)
+    def response_stream(self, request_id: str, deadline_ms: int | None = None) -> StreamingResponse:
+        return StreamingResponse(self, request_id, deadline_ms)
 
 
 class StreamingResponse:
     """A :class:`ResponseStream` over one streamed ``/response`` POST.
 
-    Nothing is buffered in userspace: ``start`` sends the request head and prelude, each ``write`` is one
-    HTTP chunk in one ``sendall`` on a TCP_NODELAY socket (invariant 2).
+    Nothing is buffered in userspace: ``start`` sends the request head, the prelude and the separator, each
+    ``write`` is one HTTP chunk in one ``sendall`` on a TCP_NODELAY socket (invariant 2 of the README's "Architecture").
+
+    Each send has a timeout that ends :data:`WRITE_RESERVE_S` before the invocation's deadline: a caller that
+    stopped reading fills the socket buffers, and a blocked ``sendall`` would otherwise hold the handler
+    until Lambda stops the process with nothing logged. It raises :class:`WriteTimedOut` instead
+    (invariant 9: the response ends within the deadline whatever the client does).
     """
 
-    def __init__(self, client: RuntimeAPIClient, request_id: str) -> None:
+    def __init__(self, client: RuntimeAPIClient, request_id: str, deadline_ms: int | None = None) -> None:
         self._client = client
         self._request_id = request_id
+        self._deadline_ms = deadline_ms
         self._conn: http.client.HTTPConnection | None = None
         self._sock: socket.socket | None = None
         self._closed = False
         self._gone = False
+        self._filler = _FILLER
+        self._body_bytes = 0
+        self.early_status: int | None = None  # an answer that came before the body ended (cargo-lambda: 200)
 
     @property
     def started(self) -> bool:
@@ -203,23 +296,34 @@ class StreamingResponse:
     def closed(self) -> bool:
         return self._closed
 
+    def _send_timeout(self) -> float | None:
+        if not self._deadline_ms:
+            return None
+        left = self._deadline_ms / 1000 - time.time() - WRITE_RESERVE_S
+        return max(_MIN_WRITE_TIMEOUT_S, left)
+
     def start(self, status: int, headers: Mapping[str, str], cookies: Iterable[str] = ()) -> None:
         if self._conn is not None:
             raise RuntimeError("the response has already started")
         prelude = encode_prelude(status, headers, cookies)  # refuses bad values before anything is sent
-        conn = self._client._connect(timeout=None)
-        conn.putrequest(
-            "POST",
-            f"/{API_VERSION}/runtime/invocation/{self._request_id}/response",
-            skip_accept_encoding=True,
-        )
+        content_type = next((v for k, v in headers.items() if k.lower() == "content-type"), "")
+        if content_type.split(";", 1)[0].strip().lower() == "text/event-stream":
+            self._filler = _SSE_FILLER
+        conn = self._client._connect(timeout=self._send_timeout())
+        conn.putrequest("POST", self._client.path(f"invocation/{self._request_id}/response"), skip_accept_encoding=True)
         conn.putheader("Lambda-Runtime-Function-Response-Mode", "streaming")
         conn.putheader("Transfer-Encoding", "chunked")
         conn.putheader("Content-Type", CONTENT_TYPE)
         conn.putheader("Trailer", "Lambda-Runtime-Function-Error-Type, Lambda-Runtime-Function-Error-Body")
         conn.endheaders()
         self._conn, self._sock = conn, conn.sock
-        self._send_chunk(prelude)
+        # The prelude and the separator as two chunks: Lambda reads the bytes whatever their framing, but a
+        # reader that takes the first chunk as the prelude and skips the next as the separator (cargo-lambda)
+        # needs exactly this. One sendall still: both go out together.
+        if prelude.endswith(SEPARATOR):
+            self._send(_chunk(prelude[: -len(SEPARATOR)]) + _chunk(SEPARATOR))
+        else:  # only a test's deliberately broken prelude
+            self._send(_chunk(prelude))
 
     def write(self, data: bytes | str) -> None:
         if self._conn is None:
@@ -228,27 +332,81 @@ class StreamingResponse:
             raise RuntimeError("write after close")
         payload = data.encode("utf-8") if isinstance(data, str) else bytes(data)
         if payload:  # an empty chunk would end the body
-            self._send_chunk(payload)
+            self._send(_chunk(payload))
+            self._body_bytes += len(payload)
 
-    def _send_chunk(self, payload: bytes) -> None:
+    def _send(self, framed: bytes) -> None:
         if self._gone:
             raise ClientDisconnected("the caller has gone away")
         assert self._sock is not None
-        # The Runtime API says nothing until the body ends; anything readable now is the far side closing.
-        readable, _, _ = select.select([self._sock], [], [], 0)
+        self._check_far_side()
         try:
-            if readable:
-                raise ConnectionResetError("the Runtime API closed the response connection")
-            self._sock.sendall(b"%x\r\n%b\r\n" % (len(payload), payload))
+            self._sock.settimeout(self._send_timeout())
+            self._sock.sendall(framed)
+        except TimeoutError as e:
+            self._gone = True  # part of a chunk may have gone: the body cannot go on
+            raise WriteTimedOut("a write could not finish before the invocation's deadline") from e
         except OSError as e:
             self._gone = True
             raise ClientDisconnected("the caller has gone away") from e
 
+    def _check_far_side(self) -> None:
+        """Anything readable on the response connection before the body ends: EOF, a reset, or an answer.
+
+        Lambda says nothing until the body ends, so there EOF or a reset is the only thing that can come: the
+        caller left. cargo-lambda answers ``200`` at once and keeps reading the body: an early 2xx is noted
+        and the stream goes on (its connection closing later still means the caller left). An early error
+        status means the body is refused: the stream ends, and what it said is logged.
+        """
+        assert self._sock is not None and self._conn is not None
+        readable, _, _ = select.select([self._sock], [], [], 0)
+        if not readable:
+            return
+        try:
+            if self.early_status is not None or not self._sock.recv(1, socket.MSG_PEEK):
+                # After an early answer, anything more is the connection ending: there is no second answer.
+                raise ConnectionResetError("the Runtime API closed the response connection")
+            self._sock.settimeout(self._send_timeout())
+            answer = self._conn.getresponse()
+            said = answer.read()
+        except (OSError, http.client.HTTPException) as e:
+            self._gone = True
+            raise ClientDisconnected("the caller has gone away") from e
+        self.early_status = answer.status
+        if not 200 <= answer.status < 300:
+            self._gone = True
+            print(
+                f"sagestream.runtime: invocation {self._request_id}: the Runtime API answered {answer.status} "
+                f"before the response ended: {said[:500]!r}",
+                file=sys.stderr,
+            )
+            raise ResponseRefused(answer.status, said)
+
     def close(self) -> None:
+        """End the body. A started response that wrote no body byte gets one harmless one first.
+
+        Public reports (aws-lambda-nodejs-runtime-interface-client issue 95, with the same seen by
+        aws-lambda-web-adapter and OpenNext users) show a Function URL holding a streamed response with a
+        status and an empty body open for minutes. Rather than trust every handler path to write something,
+        the one place every response ends makes sure: an SSE comment for an event stream (parsers skip it),
+        a newline for anything else (whitespace after nothing: no body was there to change).
+        """
+        if self._conn is not None and not self._closed and not self._gone and self._body_bytes == 0:
+            with contextlib.suppress(ClientDisconnected):  # nobody to hang; _finish has nothing to send either
+                self.write(self._filler)
         self._finish(b"0\r\n\r\n")
 
     def fail(self, exc: BaseException) -> None:
-        """End a started body with the error trailers instead of a clean end."""
+        """End a started body with the error trailers instead of a clean end.
+
+        Only for a handler that raised after the first byte: an unhandled failure, with no error event
+        written, so the caller must learn the body is incomplete. AWS's custom-runtime guide says Lambda
+        "treats this as a successful response and forwards the error metadata ... to the client"; what a
+        Function URL client then sees is not documented, and cargo-lambda ends the client's response
+        without its last chunk. A handled error (sagestream's SSE error event) therefore ends cleanly with
+        ``close``: the trailers would not count in Lambda's ``Errors`` metric, and would only turn an orderly
+        end into a cut-off transfer. The function's own log record and metrics count those failures.
+        """
         payload = _error_payload(exc)
         body = base64.b64encode(json.dumps(payload).encode()).decode()
         self._finish(
@@ -265,12 +423,18 @@ class StreamingResponse:
             return
         try:
             if not self._gone:
+                sock.settimeout(self._send_timeout())
                 sock.sendall(ending)
-                conn.getresponse().read()
+                if self.early_status is None:
+                    conn.getresponse().read()
         except (OSError, http.client.HTTPException):
             pass  # the caller left; there is nobody to tell
         finally:
             conn.close()
+
+
+def _chunk(payload: bytes) -> bytes:
+    return b"%x\r\n%b\r\n" % (len(payload), payload)
 
 
 def load_handler(name: str) -> Handler:
@@ -290,7 +454,7 @@ def invoke(client: RuntimeAPIClient, handler: Handler, invocation: Invocation) -
         os.environ["_X_AMZN_TRACE_ID"] = invocation.trace_id
     else:
         os.environ.pop("_X_AMZN_TRACE_ID", None)
-    stream = client.response_stream(invocation.request_id)
+    stream = client.response_stream(invocation.request_id, invocation.context.deadline_ms)
     try:
         handler(invocation.event, stream, invocation.context)
     except Exception as exc:

@@ -10,10 +10,12 @@ Example::
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
-import threading
+from types import FrameType
 
+from sagestream_local.function_url import IDLE_TIMEOUT_S
 from sagestream_local.stack import LocalStack
 
 
@@ -23,8 +25,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=4, help="runtime processes (default 4)")
     parser.add_argument("--timeout", type=float, default=300.0, help="function timeout in seconds (default 300)")
     parser.add_argument("--verbose", action="store_true", help="log each HTTP request")
+    parser.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=IDLE_TIMEOUT_S,
+        help=f"seconds a client connection may idle, or stop reading, before it is closed (default {IDLE_TIMEOUT_S:g})",
+    )
     args = parser.parse_args(argv)
-    stack = LocalStack(port=args.port, concurrency=args.concurrency, timeout_s=args.timeout, verbose=args.verbose)
+    # Signal handlers run in the main thread between two bytecodes, wherever it is: one that takes a lock
+    # (Event.set, print) can wait for ever on a lock the code it interrupted holds, as a second TERM from
+    # `make` did. So the handlers do nothing; the interpreter's C-level handler writes each signal's number
+    # to a pipe (set_wakeup_fd), and the main thread, which only waits on that pipe, stops the stack once.
+    # Any further signal is written to the pipe and ignored.
+    wake_read, wake_write = os.pipe()
+    os.set_blocking(wake_write, False)
+    signal.set_wakeup_fd(wake_write, warn_on_full_buffer=False)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, _ignore)
+    stack = LocalStack(
+        port=args.port,
+        concurrency=args.concurrency,
+        timeout_s=args.timeout,
+        verbose=args.verbose,
+        idle_timeout_s=args.idle_timeout,
+    )
     stack.start()
     model = stack.env.get("MODEL_ID") or stack.env.get("SAGEMAKER_ENDPOINT_NAME", "")
     print(f"sagestream: serving {stack.url}  (model {model!r}, upstream: {stack.upstream})", flush=True)
@@ -34,15 +58,16 @@ def main(argv: list[str] | None = None) -> int:
         """-d '{"messages":[{"role":"user","content":"Hello"}],"stream":true}'""",
         flush=True,
     )
-    stopped = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stopped.set())
     try:
-        stopped.wait()
-    except KeyboardInterrupt:
-        pass
+        os.read(wake_read, 64)  # returns once a signal has come (PEP 475 retries the read after each)
     finally:
         stack.stop()
+    print("sagestream: stopped", file=sys.stderr, flush=True)
     return 0
+
+
+def _ignore(signum: int, frame: FrameType | None) -> None:
+    """A handler that takes no lock: the wake-up pipe carries the signal to the main thread."""
 
 
 if __name__ == "__main__":

@@ -6,8 +6,16 @@ headers and ``Set-Cookie``; every body chunk the runtime sends goes to the clien
 one ``sendall`` on a TCP_NODELAY socket, the moment it arrives. A client that goes away closes the
 runtime's response connection, so the function's next write raises ``ClientDisconnected``.
 
-Lambda's own answers are kept: 413 for a request over 6 MB, 502 ``Internal Server Error`` when the
-function fails before its response began.
+Lambda's own answers are kept: 413 for a request over 6 MB, 429 ``TooManyRequestsException`` when every
+execution environment is busy, 502 ``Internal Server Error`` when the function fails before its response
+began. Under faults it holds what a Function URL holds:
+
+- malformed framing (a Content-Length that is not one decimal number, both Content-Length and
+  Transfer-Encoding, a bad chunk, a body shorter than announced) is a 400 and never reaches the function;
+- one writer per client connection: a timeout or a crash ends the body between two chunks, never inside one;
+- a client that half-closes after its request (``shutdown(SHUT_WR)``) keeps its stream; one that resets,
+  or whose socket stops taking bytes for ``idle_timeout_s``, is gone;
+- a connection idle for ``idle_timeout_s`` before or inside its request is closed.
 
 Example::
 
@@ -17,135 +25,295 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
+import json
+import queue
+import re
 import select
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable, Mapping
 from http import HTTPStatus
 from http.server import ThreadingHTTPServer
 from typing import Any
 
 from sagestream.function_url import MAX_REQUEST_BYTES, Prelude, PreludeError, build_event
-from sagestream_local.runtime_api import ClientGone, FunctionError, NoDelayHandler, Pool
+from sagestream_local.runtime_api import ClientGone, FunctionError, Invocation, NoDelayHandler, Pool
 
 _LAMBDA_ERROR = b'{"Message":"Internal Server Error"}'
 _DRAIN_LIMIT = 64 * 1024 * 1024
 _TOO_LARGE = b'{"Message":"Request must be smaller than 6291456 bytes for the InvokeFunction operation"}'
+# What a Function URL answers when the function's concurrency is used up: Lambda's throttle, 429 with the
+# exception named in x-amzn-ErrorType, at once (a Function URL does not queue synchronous invocations).
+_THROTTLED = b'{"Message":"Rate Exceeded."}'
+THROTTLE_HEADERS = {"Content-Type": "application/json", "x-amzn-ErrorType": "TooManyRequestsException"}
+# An environment finishing its last response (its client has the end, the pool hears a moment later) is
+# not busy in any sense a client can see: this much grace keeps a sequential client from racing that
+# bookkeeping into a 429, while a request beyond the concurrency is still refused rather than queued.
+ADMISSION_GRACE_S = 0.5
+IDLE_TIMEOUT_S = 60.0
+# Once an invocation has ended, how long a client's stalled socket may hold back the end of its body.
+_END_GRACE_S = 1.0
+_DECIMAL = re.compile(rb"[0-9]{1,19}")
+_HEX = re.compile(rb"[0-9A-Fa-f]{1,15}")
+_MAX_TRAILERS = 64
 
 # A hook that may answer a request itself (CORS preflight, say) before it reaches the function:
 # it returns (status, headers, body) or None.
 Interceptor = Callable[[str, str, Mapping[str, str]], tuple[int, dict[str, str], bytes] | None]
 
 
-class _ClientSink:
-    """Writes one invocation's response to one HTTP client, as it arrives."""
+class Malformed(Exception):
+    """The request's framing cannot be trusted: answered 400, never invoked."""
 
-    def __init__(self, sock: socket.socket, method: str, extra_headers: Mapping[str, str]) -> None:
+
+class TooLarge(Exception):
+    """The request body is over Lambda's 6 MB: answered 413."""
+
+
+class NotImplementedCoding(Exception):
+    """A transfer coding other than chunked: answered 501 (RFC 9112, section 6.1)."""
+
+
+def read_request_body(headers: Any, rfile: Any) -> bytes:
+    """The request body, framed strictly as RFC 9112 section 6 says, or :class:`Malformed`.
+
+    http.server parses the request line and headers but leaves the body to the handler, and a parser
+    that owns the whole connection (h11) would take the socket from http.server; so this reads the body
+    itself, refusing every ambiguity an intermediary could read differently (request smuggling):
+
+    >>> import io
+    >>> from email.message import Message
+    >>> h = Message(); h["Transfer-Encoding"] = "chunked"
+    >>> read_request_body(h, io.BytesIO(b"3\\r\\nabc\\r\\n0\\r\\n\\r\\n"))
+    b'abc'
+    >>> h = Message(); h["Content-Length"] = "-1"
+    >>> read_request_body(h, io.BytesIO(b""))
+    Traceback (most recent call last):
+    ...
+    sagestream_local.function_url.Malformed: Content-Length is not a decimal number: '-1'
+    """
+    lengths = headers.get_all("Content-Length") or []
+    codings = [c.strip().lower() for v in headers.get_all("Transfer-Encoding") or [] for c in v.split(",")]
+    if codings:
+        if lengths:
+            raise Malformed("both Content-Length and Transfer-Encoding")
+        if codings != ["chunked"]:
+            raise NotImplementedCoding(f"Transfer-Encoding {', '.join(codings)!r} is not supported")
+        return _read_chunked(rfile)
+    if len(lengths) > 1:
+        raise Malformed("more than one Content-Length")
+    if not lengths:
+        return b""
+    value = lengths[0].strip().encode("latin-1", "replace")
+    if not _DECIMAL.fullmatch(value):
+        raise Malformed(f"Content-Length is not a decimal number: {lengths[0]!r}")
+    length = int(value)
+    if length > MAX_REQUEST_BYTES:
+        # Read (and drop) what the client sends, within reason, so that it is there to hear the 413.
+        remaining = min(length, _DRAIN_LIMIT)
+        while remaining > 0 and (data := rfile.read(min(remaining, 1 << 20))):
+            remaining -= len(data)
+        raise TooLarge()
+    body = rfile.read(length) if length else b""
+    if len(body) < length:
+        raise Malformed(f"the body ended after {len(body)} of {length} bytes")
+    return bytes(body)
+
+
+def _read_chunked(rfile: Any) -> bytes:
+    body = bytearray()
+    while True:
+        line = rfile.readline(1024)
+        if not line.endswith(b"\r\n"):
+            raise Malformed("the chunked body ended inside a chunk-size line")
+        size_field = line[:-2].split(b";", 1)[0].strip(b" \t")
+        if not _HEX.fullmatch(size_field):
+            raise Malformed(f"bad chunk size {size_field[:20]!r}")
+        size = int(size_field, 16)
+        if size == 0:
+            break
+        if len(body) + size > MAX_REQUEST_BYTES:
+            raise TooLarge()
+        data = rfile.read(size)
+        if len(data) < size:
+            raise Malformed("the chunked body ended inside a chunk")
+        if rfile.read(2) != b"\r\n":
+            raise Malformed("a chunk is longer than its size")
+        body += data
+    for _ in range(_MAX_TRAILERS):
+        line = rfile.readline(8192)
+        if line == b"\r\n":
+            return bytes(body)
+        if not line.endswith(b"\r\n") or b":" not in line:
+            raise Malformed("bad trailer section")
+    raise Malformed("too many trailer fields")
+
+
+class _ClientSink:
+    """Writes one invocation's response to one HTTP client, as it arrives: the connection's one writer.
+
+    Chunks come from the Runtime API thread relaying the runtime's response; the end can come from
+    another thread (the exit watcher after a crash, the pool after a timeout). Every write holds one lock,
+    and an end that finds the lock held (a chunk on its way, perhaps to a client that stopped reading) is
+    left for the holder to write when it lets go, so the end never lands inside a chunk and never waits on
+    a stalled client. After the end nothing more is written: a late chunk is refused as for a gone client.
+    """
+
+    def __init__(self, sock: socket.socket, method: str, http10: bool, extra_headers: Mapping[str, str]) -> None:
         self._sock = sock
         self._head_only = method == "HEAD"
+        self._chunked = not http10  # an HTTP/1.0 client reads a body delimited by the connection's close
         self._extra = extra_headers
+        self._lock = threading.Lock()
+        self._no_body = self._head_only
+        self._end_pending: tuple[FunctionError | None] | None = None
+        self._end_done = False
+        self._broken = False  # a send failed, or the connection was cut: nothing more can be framed on it
         self.started = False
-        self.keep_alive = True
         self.ended = threading.Event()
 
-    def _send(self, data: bytes) -> None:
+    @property
+    def keep_alive(self) -> bool:
+        """Whether the connection can carry another request once this response has ended."""
+        return self._chunked and not self._broken
+
+    def _send(self, data: bytes, head: bool = False) -> None:
         try:
-            self._sock.sendall(data)
-        except OSError as e:
-            self.keep_alive = False
-            raise ClientGone() from e
+            with self._lock:
+                if self._broken or self._end_done or self._end_pending is not None:
+                    raise ClientGone()
+                try:
+                    self._sock.sendall(data)
+                except OSError as e:  # reset, closed, or stalled past the socket's timeout
+                    self._broken = True
+                    raise ClientGone() from e
+                if head:  # under the lock: an end decides between a 502 and a last chunk by this
+                    self.started = True
+        finally:
+            self._write_pending_end()
 
     def prelude(self, prelude: Prelude) -> None:
-        reason = HTTPStatus(prelude.status).phrase if prelude.status in HTTPStatus._value2member_map_ else ""
-        lines = [f"HTTP/1.1 {prelude.status} {reason}"]
+        status = prelude.status
+        reason = HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else ""
+        bodiless_status = status in (204, 304) or 100 <= status < 200
+        self._no_body = self._head_only or bodiless_status
+        lines = [f"HTTP/1.1 {status} {reason}"]
         headers = {**self._extra, **prelude.headers}
         lines += [f"{k}: {v}" for k, v in headers.items() if k.lower() not in ("content-length", "transfer-encoding")]
         lines += [f"Set-Cookie: {c}" for c in prelude.cookies]
-        lines.append("Transfer-Encoding: chunked")
+        if self._chunked and not bodiless_status:
+            lines.append("Transfer-Encoding: chunked")  # on a HEAD too: it says how the GET would be framed
+        elif not self._chunked:
+            lines.append("Connection: close")
         try:
             head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
         except UnicodeEncodeError as e:
             # Not started: the invocation fails as a bad prelude does, with Lambda's 502, not a broken head.
             raise PreludeError(f"a header value is not Latin-1: {e}") from None
-        self.started = True
-        self._send(head)
+        self._send(head, head=True)
 
     def chunk(self, data: bytes) -> None:
-        if not self._head_only:
-            self._send(b"%x\r\n%b\r\n" % (len(data), data))
+        if not self._no_body:
+            self._send(b"%x\r\n%b\r\n" % (len(data), data) if self._chunked else data)
 
     def end(self, error: FunctionError | None) -> None:
-        try:
-            if self.started:
-                if error is not None:
-                    # The function's own in-band error event (if any) has reached the client already.
-                    print(
-                        f"sagestream_local: stream ended with {error.error_type}: {error.payload}",
-                        file=sys.stderr,
-                    )
-                self._send(b"0\r\n\r\n")
-            else:
-                if error is not None:
-                    print(
-                        f"sagestream_local: function error {error.error_type}: {error.payload}",
-                        file=sys.stderr,
-                    )
-                self._send(
-                    b"HTTP/1.1 502 Bad Gateway\r\nContent-Type: application/json\r\n"
-                    b"X-Amzn-ErrorType: %b\r\nContent-Length: %d\r\n\r\n%b"
-                    % (
-                        (error.error_type if error else "Runtime.InvalidResponse").encode(),
-                        len(_LAMBDA_ERROR),
-                        _LAMBDA_ERROR,
-                    )
-                )
-        finally:
+        if error is not None:
+            what = "stream ended with" if self.started else "function error"
+            print(f"sagestream_local: {what} {error.error_type}: {error.payload}", file=sys.stderr)
+        if self._end_pending is None:  # one assignment: no lock needed, and none may be waited for here
+            self._end_pending = (error,)
+        self._write_pending_end()
+
+    def _write_pending_end(self) -> None:
+        # Whoever holds the lock re-checks after letting go, so a pending end is always written by someone.
+        while self._end_pending is not None and not self._end_done:
+            if not self._lock.acquire(blocking=False):
+                return
+            try:
+                if self._end_done:
+                    continue
+                (error,) = self._end_pending
+                self._end_done = True
+                if not self._broken and (data := self._end_bytes(error)):
+                    try:
+                        self._sock.sendall(data)
+                    except OSError:
+                        self._broken = True
+            finally:
+                self._lock.release()
             self.ended.set()
+
+    def _end_bytes(self, error: FunctionError | None) -> bytes:
+        if self.started:
+            return b"0\r\n\r\n" if self._chunked and not self._no_body else b""
+        # Nothing was sent: Lambda answers a function that failed before its response began with a 502.
+        head = [
+            b"HTTP/1.1 502 Bad Gateway",
+            b"Content-Type: application/json",
+            b"X-Amzn-ErrorType: " + (error.error_type if error else "Runtime.InvalidResponse").encode(),
+            b"Content-Length: %d" % len(_LAMBDA_ERROR),
+        ]
+        if not self._chunked:
+            head.append(b"Connection: close")
+        return b"\r\n".join(head) + b"\r\n\r\n" + (b"" if self._head_only else _LAMBDA_ERROR)
+
+    def cut(self) -> None:
+        """Give up on a client whose socket stopped taking bytes: a send blocked on it fails at once."""
+        self._broken = True
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
 
 
 class _FrontHandler(NoDelayHandler):
     server: _FrontServer
 
+    def setup(self) -> None:
+        super().setup()
+        # Lambda's front closes a connection that sends nothing (or stops mid-request) for a while; the same
+        # timeout bounds a send to a client that stopped reading, so no thread waits on a socket for ever.
+        self.connection.settimeout(self.server.front.idle_timeout_s)
+
     def log_message(self, format: str, *args: Any) -> None:
         if self.server.front.verbose:
             super().log_message(format, *args)
 
-    def _read_request_body(self) -> bytes | None:
-        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
-            body = bytearray()
-            while (size := int(self.rfile.readline(1024).split(b";")[0].strip() or b"0", 16)) > 0:
-                body += self.rfile.read(size)
-                self.rfile.readline(1024)
-                if len(body) > MAX_REQUEST_BYTES:
-                    return None
-            while self.rfile.readline(65536) not in (b"\r\n", b"\n", b""):
-                pass
-            return bytes(body)
-        length = int(self.headers.get("Content-Length") or 0)
-        if length > MAX_REQUEST_BYTES:
-            # Read (and drop) what the client sends, within reason, so that it is there to hear the 413.
-            remaining = min(length, _DRAIN_LIMIT)
-            while remaining > 0 and (data := self.rfile.read(min(remaining, 1 << 20))):
-                remaining -= len(data)
-            return None
-        return self.rfile.read(length) if length else b""
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """http.server's own refusals (a bad request line, headers too long), in Lambda's JSON shape."""
+        self._refuse(code, message or HTTPStatus(code).phrase)
+
+    def _refuse(self, status: int, message: str, body: bytes | None = None) -> None:
+        self.close_connection = True
+        data = body if body is not None else json.dumps({"Message": message}).encode()
+        headers = {"Content-Type": "application/json", "Connection": "close"}
+        with contextlib.suppress(OSError):  # a client that is gone cannot hear it
+            self._answer(status, b"" if self.command == "HEAD" else data, headers)
 
     def _handle(self) -> None:
         front = self.server.front
         raw_path, _, raw_query = self.path.partition("?")
+        try:
+            body = read_request_body(self.headers, self.rfile)
+        except TooLarge:
+            self._refuse(413, "", _TOO_LARGE)
+            return
+        except NotImplementedCoding as e:
+            self._refuse(501, str(e))
+            return
+        except Malformed as e:
+            self._refuse(400, f"Bad Request: {e}")
+            return
+        except OSError:  # the client stalled past the idle timeout, or reset, inside its body
+            self._refuse(400, "Bad Request: the request body did not arrive")
+            return
         if front.interceptor is not None:
             answer = front.interceptor(self.command, raw_path, self.headers)
             if answer is not None:
-                self._read_request_body()
-                status, headers, body = answer
-                self._answer(status, body, headers)
+                status, headers, answer_body = answer
+                self._answer(status, answer_body, headers)
                 return
-        body = self._read_request_body()
-        if body is None:
-            self.close_connection = True
-            self._answer(413, _TOO_LARGE, {"Content-Type": "application/json", "Connection": "close"})
-            return
         event = build_event(
             method=self.command,
             raw_path=raw_path,
@@ -155,29 +323,56 @@ class _FrontHandler(NoDelayHandler):
             source_ip=self.client_address[0],
             domain=f"{self.server.server_address[0]}:{self.server.server_address[1]}",
         )
-        sink = _ClientSink(self.connection, self.command, front.extra_headers(self.headers))
-        inv = front.pool.submit(event, sink)
-        # While the function works, watch for the client leaving even if nothing is being written.
-        while not inv.wait(0.02):
-            if _peer_closed(self.connection):
-                inv.leave()
-                sink.keep_alive = False
-                break
-        sink.ended.wait()
-        if not sink.keep_alive or inv.client_gone.is_set():
+        http10 = self.request_version == "HTTP/1.0"
+        sink = _ClientSink(self.connection, self.command, http10, front.extra_headers(self.headers))
+        try:
+            inv = front.pool.submit(event, sink, wait_s=ADMISSION_GRACE_S)
+        except queue.Empty:
+            self._answer(429, b"" if self.command == "HEAD" else _THROTTLED, THROTTLE_HEADERS)
+            return
+        self._follow(inv, sink)
+        if not sink.keep_alive:
             self.close_connection = True
+
+    def _follow(self, inv: Invocation, sink: _ClientSink) -> None:
+        """Wait for the response to end, watching the client: a reset is a client gone, a half-close is not."""
+        watching = True
+        done_at: float | None = None
+        while not sink.ended.wait(0.02):
+            if watching:
+                state = _client_state(self.connection)
+                if state == "gone":
+                    inv.leave()
+                    sink.cut()
+                    watching = False
+                elif state == "half-closed":
+                    # shutdown(SHUT_WR) after the request says "no more requests", not "stop answering":
+                    # keep the stream, close once it has ended. A client that is really gone shows at the
+                    # next write (a reset), as it does to Lambda.
+                    self.close_connection = True
+                    watching = False
+                elif state == "data":
+                    watching = False  # a pipelined request: it waits its turn in the socket
+            if inv.done:
+                done_at = done_at or time.monotonic()
+                if time.monotonic() - done_at > _END_GRACE_S:
+                    sink.cut()  # the end is held up by a send to a client that stopped reading
 
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = do_HEAD = _handle
 
 
-def _peer_closed(sock: socket.socket) -> bool:
+def _client_state(sock: socket.socket) -> str:
+    """``open``, ``half-closed`` (its FIN came), ``gone`` (reset) or ``data`` (it sent more), without reading."""
     readable, _, _ = select.select([sock], [], [], 0)
     if not readable:
-        return False
+        return "open"
     try:
-        return sock.recv(1, socket.MSG_PEEK) == b""
+        data = sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+    except (BlockingIOError, InterruptedError):
+        return "open"
     except OSError:
-        return True
+        return "gone"
+    return "data" if data else "half-closed"
 
 
 class _FrontServer(ThreadingHTTPServer):
@@ -197,11 +392,13 @@ class FunctionURL:
         interceptor: Interceptor | None = None,
         response_headers: Callable[[Mapping[str, str]], dict[str, str]] | None = None,
         verbose: bool = False,
+        idle_timeout_s: float = IDLE_TIMEOUT_S,
     ) -> None:
         self.pool = pool
         self.interceptor = interceptor
         self._response_headers = response_headers
         self.verbose = verbose
+        self.idle_timeout_s = idle_timeout_s
         self.server = _FrontServer((host, port), _FrontHandler)
         self.server.front = self
         self.host, self.port = self.server.server_address[0], self.server.server_address[1]

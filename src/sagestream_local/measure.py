@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-__all__ = ["BURST_GAP_MS", "Run", "StreamReader", "measure", "signed_headers", "stream_chat"]
+__all__ = ["BURST_GAP_MS", "Run", "StreamReader", "chat_body", "measure", "region_of", "signed_headers", "stream_chat"]
 
 BURST_GAP_MS = 1.0
 _RECV = 65536
@@ -168,6 +168,8 @@ class Run:
     done: bool = False
     error: Any = None
     text: str = ""
+    headers: dict[str, str] = field(default_factory=dict)  # the response's, names lower-cased
+    aborted: bool = False  # the client closed the connection on purpose (``stop_after_deltas``)
 
     @property
     def ttft_ms(self) -> float | None:
@@ -212,7 +214,9 @@ def region_of(url: str) -> str | None:
     return match[1] if match else None
 
 
-def signed_headers(url: str, body: bytes, headers: Mapping[str, str], region: str | None = None) -> dict[str, str]:
+def signed_headers(
+    url: str, body: bytes, headers: Mapping[str, str], region: str | None = None, method: str = "POST"
+) -> dict[str, str]:
     """``headers`` plus a SigV4 signature (service ``lambda``) made with the caller's AWS credentials."""
     import botocore.auth
     import botocore.awsrequest
@@ -225,7 +229,7 @@ def signed_headers(url: str, body: bytes, headers: Mapping[str, str], region: st
     region = region or region_of(url) or session.get_config_variable("region")
     if not region:
         raise SystemExit("--sigv4: the URL names no region and the AWS configuration has none; pass --region")
-    request = botocore.awsrequest.AWSRequest(method="POST", url=url, data=body, headers=dict(headers))
+    request = botocore.awsrequest.AWSRequest(method=method, url=url, data=body, headers=dict(headers))
     botocore.auth.SigV4Auth(credentials.get_frozen_credentials(), "lambda", region).add_auth(request)
     return {k: str(v) for k, v in request.headers.items()}
 
@@ -250,10 +254,13 @@ def stream_chat(
     api_key: str | None = None,
     timeout_s: float = 120.0,
     keep_times: bool = True,
+    stop_after_deltas: int | None = None,
 ) -> Run:
     """Send one streamed chat request and time each content delta as its bytes arrive.
 
     ``keep_times=False`` keeps only the first and last arrival (for very long streams: memory stays flat).
+    ``stop_after_deltas=N`` closes the connection once N content deltas have arrived, as a user who stops
+    reading does (``make verify``'s disconnect check).
     """
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -294,9 +301,13 @@ def stream_chat(
                     run.arrivals_ns.extend([now] * completed)
             if reader.body is not None and reader.status == 200 and len(reader.body) > 1 << 16:
                 reader.body = None  # a stream that is going well: its body is not needed
+            if stop_after_deltas is not None and run.deltas >= stop_after_deltas:
+                run.aborted = True
+                break
     finally:
         sock.close()
     run.status = reader.status
+    run.headers = dict(reader.headers)
     run.done = reader.done
     run.text = "".join(reader.text) if keep_times else ""
     if reader.errors:

@@ -2,8 +2,10 @@
 
 Each :class:`ExecutionEnvironment` is what Lambda gives one concurrent invocation: one runtime process
 with a Runtime API of its own. It takes one invocation at a time; a :class:`Pool` of them is the
-function's concurrency, and further requests wait for a free one. A process that crashes, or passes the
-function timeout, is ended and replaced, and its invocation fails as Lambda fails it.
+function's concurrency (the Function URL front answers 429 beyond it). A process that crashes, or passes
+the function timeout, is ended and replaced, and its invocation fails as Lambda fails it. A process that
+dies while idle is replaced too, before its environment takes another invocation: each ``/next`` belongs
+to one process (its *generation*), and one from a process that has died is never given an event.
 
 A response streams straight through: the Runtime API thread that reads a chunk from the runtime's
 ``/response`` body hands it to the invocation's :class:`Sink` in the same thread, which writes it to
@@ -25,13 +27,15 @@ import itertools
 import json
 import os
 import queue
+import select
 import socket
+import struct
 import subprocess
 import sys
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import IO, Any, Protocol
@@ -86,6 +90,9 @@ class Invocation:
         self.error: FunctionError | None = None
         self.response_headers: dict[str, str] = {}
         self.environment: ExecutionEnvironment | None = None
+        self.generation = -1  # which of its environment's processes took it
+        # Called once the invocation has ended, before its client hears: the pool frees the environment.
+        self.on_finish: Callable[[Invocation], None] | None = None
 
     @property
     def done(self) -> bool:
@@ -104,6 +111,8 @@ class Invocation:
         if self.environment is not None:  # recorded before the client hears, so a test can look at once
             self.environment.last_error = error
             self.environment.last_response_headers = self.response_headers
+        if self.on_finish is not None:
+            self.on_finish(self)
         with contextlib.suppress(ClientGone):
             self.sink.end(error)
         return True
@@ -124,6 +133,9 @@ class Invocation:
             sock = self._response_socket
         if sock is not None:
             with contextlib.suppress(OSError):
+                # Closed with a reset, not a FIN: a runtime blocked sending into a full window (its client
+                # stopped reading) would otherwise wait on zero-window probes to a closed socket for a minute.
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                 sock.shutdown(socket.SHUT_RDWR)
 
 
@@ -160,10 +172,11 @@ class _RuntimeAPIHandler(NoDelayHandler):
             self._answer(404, b'{"errorMessage":"not found"}')
             return
         env = self.server.environment
-        inv = env.next_invocation()
-        if inv is None:  # shutting down
+        inv = env.next_invocation(self.connection)
+        if inv is None:  # shutting down, or this /next came from a process that has since died
             self.close_connection = True
-            self._answer(500, b'{"errorMessage":"shutting down"}')
+            with contextlib.suppress(OSError):
+                self._answer(500, b'{"errorMessage":"shutting down"}')
             return
         self._answer(
             200,
@@ -262,6 +275,10 @@ class _RuntimeAPIHandler(NoDelayHandler):
         self._answer(202, b'{"status":"OK"}')
 
     def _read_chunks(self, deliver: Any) -> dict[str, str]:
+        # http.server leaves a request body to its handler, and this one must go on chunk by chunk as each
+        # arrives (a parser owning the connection, h11, would take the socket from http.server). The only
+        # sender is sagestream.runtime; tests/protocol/test_runtime.py pins its bytes, and any framing
+        # error ends the invocation as a broken response (ValueError, OSError), never a hang.
         rfile = self.rfile
         while True:
             line = rfile.readline(_MAX_CHUNK_LINE)
@@ -287,7 +304,7 @@ class _RuntimeAPIServer(ThreadingHTTPServer):
 
 
 class ExecutionEnvironment:
-    """One runtime process and the Runtime API it polls."""
+    """One runtime process at a time and the Runtime API it polls."""
 
     def __init__(self, pool: Pool, number: int) -> None:
         self.pool = pool
@@ -297,8 +314,12 @@ class ExecutionEnvironment:
         self.server.environment = self
         self.address = f"127.0.0.1:{self.server.server_address[1]}"
         self.current: Invocation | None = None
-        self._inbox: queue.Queue[Invocation | None] = queue.Queue(maxsize=1)
         self.process: subprocess.Popen[bytes] | None = None
+        # Counts the processes this environment has run; a /next carries the count of the one it came from.
+        self.generation = 0
+        self._reached_next = False  # whether the current process has asked for an invocation yet
+        self._failed_inits = 0
+        self._waiting: Invocation | None = None  # submitted, not yet taken by a /next
         self.init_errors = 0
         self.last_init_error: dict[str, Any] | None = None
         # What the last invocation left, for tests and for `make invoke` to report.
@@ -307,6 +328,7 @@ class ExecutionEnvironment:
         self.exit_codes: list[int] = []
         self._stopping = False
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
 
     def start(self) -> ExecutionEnvironment:
         threading.Thread(target=self.server.serve_forever, name=f"runtime-api-{self.number}", daemon=True).start()
@@ -316,25 +338,40 @@ class ExecutionEnvironment:
     def _spawn(self) -> None:
         env = {**os.environ, **self.pool.env, "AWS_LAMBDA_RUNTIME_API": self.address}
         env.setdefault("AWS_LAMBDA_LOG_STREAM_NAME", f"local/{self.number}/{uuid.uuid4().hex[:8]}")
-        process = subprocess.Popen(self.pool.command, env=env, stdin=subprocess.DEVNULL, stdout=self.pool.stdout)
         with self._lock:
+            if self._stopping:
+                return
+            process = subprocess.Popen(self.pool.command, env=env, stdin=subprocess.DEVNULL, stdout=self.pool.stdout)
             self.process = process
         threading.Thread(target=self._watch, args=(process,), name=f"runtime-watch-{self.number}", daemon=True).start()
 
     def _watch(self, process: subprocess.Popen[bytes]) -> None:
         code = process.wait()
-        self.exit_codes.append(code)
-        if self._stopping:
-            return
+        with self._changed:
+            self.exit_codes.append(code)
+            dead = self.generation
+            # From here on, a /next from the dead process (one still waiting, or one read only now) gets nothing.
+            self.generation += 1
+            reached_next, self._reached_next = self._reached_next, False
+            self._changed.notify_all()
+            if self._stopping:
+                return
         inv = self.current
-        if inv is not None and inv.dispatched and not inv.done:
+        if inv is not None and inv.dispatched and inv.generation == dead and not inv.done:
             # What the process sent before it died may still sit unread in the response connection: let the
             # Runtime API thread relay it (and end the invocation itself) before calling the crash a failure.
             inv.wait(_CRASH_GRACE_S)
-        if inv is not None and not inv.done:
+            if not inv.done:
+                inv.finish(self.exit_error(inv, code))
+        elif inv is not None and not inv.dispatched and not inv.done and not reached_next:
+            # It died in its init with an invocation waiting for it: Lambda fails that one with the init's error.
+            # (One that died idle, after asking for work, costs nobody anything: the next process takes it.)
             inv.finish(self.exit_error(inv, code))
-        if self.last_init_error is not None:
-            time.sleep(min(5.0, 0.1 * 2**self.init_errors))  # don't spin on a handler that cannot load
+        if reached_next:
+            self._failed_inits = 0
+        else:
+            self._failed_inits += 1
+            time.sleep(min(5.0, 0.1 * 2**self._failed_inits))  # don't spin on a handler that cannot load
         self._spawn()
 
     def exit_error(self, inv: Invocation, code: int) -> FunctionError:
@@ -360,24 +397,33 @@ class ExecutionEnvironment:
         self.last_init_error = {"errorType": error_type, **payload}
         print(f"sagestream_local: init error in runtime {self.number}: {payload}", file=sys.stderr)
 
-    def next_invocation(self) -> Invocation | None:
-        while not self._stopping:
-            try:
-                inv = self._inbox.get(timeout=0.5)
-            except queue.Empty:
-                continue
-            if inv is None:
-                return None
-            if inv.done:  # failed while it waited here (its process died first)
-                continue
-            self.init_errors, self.last_init_error = 0, None
-            self.current = inv
-            inv.deadline, inv.dispatched = time.time() + inv.timeout_s, True
-            return inv
+    def next_invocation(self, connection: socket.socket) -> Invocation | None:
+        """The next event for the process on ``connection``; None once that process is gone (or on stop)."""
+        with self._changed:
+            generation = self.generation
+            self._reached_next = True
+            while not self._stopping and generation == self.generation:
+                inv = self._waiting
+                if inv is not None and inv.done:  # failed while it waited here
+                    self._waiting = inv = None
+                if inv is None:
+                    self._changed.wait(0.5)
+                    continue
+                if _peer_closed(connection):
+                    # Its process died after asking (the exit watcher may not know yet): leave the event
+                    # for the process that replaces it.
+                    return None
+                self._waiting = None
+                self.init_errors, self.last_init_error = 0, None
+                self.current = inv
+                inv.deadline, inv.dispatched, inv.generation = time.time() + inv.timeout_s, True, generation
+                return inv
         return None
 
     def submit(self, inv: Invocation) -> None:
-        self._inbox.put(inv)
+        with self._changed:
+            self._waiting = inv
+            self._changed.notify_all()
 
     def kill(self) -> None:
         with self._lock:
@@ -386,10 +432,25 @@ class ExecutionEnvironment:
             process.kill()
 
     def stop(self) -> None:
-        self._stopping = True
+        with self._changed:
+            self._stopping = True
+            self._changed.notify_all()
         self.kill()
         self.server.shutdown()
         self.server.server_close()
+
+
+def _peer_closed(sock: socket.socket) -> bool:
+    """Whether the other end of ``sock`` has closed it (a process that died closes all its sockets)."""
+    readable, _, _ = select.select([sock], [], [], 0)
+    if not readable:
+        return False
+    try:
+        return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except (BlockingIOError, InterruptedError):
+        return False
+    except OSError:
+        return True
 
 
 class Pool:
@@ -423,6 +484,7 @@ class Pool:
         }
         self.environments: list[ExecutionEnvironment] = []
         self._idle: queue.Queue[ExecutionEnvironment] = queue.Queue()
+        self.invocations = 0  # events handed to an environment, for tests that show a request never got here
         self._numbers = itertools.count()
 
     def start(self) -> Pool:
@@ -433,27 +495,44 @@ class Pool:
         return self
 
     def submit(self, event: Mapping[str, Any], sink: Sink, wait_s: float | None = None) -> Invocation:
-        """Hand an event to the next free environment (waiting for one, as Lambda concurrency does)."""
+        """Hand an event to the next free environment, waiting up to ``wait_s`` for one (None: for ever).
+
+        Raises :class:`queue.Empty` when none came free in time: every environment is busy, which the
+        Function URL front answers with Lambda's 429.
+        """
         environment = self._idle.get(timeout=wait_s)
         inv = Invocation(event, sink, self.timeout_s)
         inv.environment = environment
+        inv.on_finish = self._release
+        self.invocations += 1
         environment.current = inv
         environment.submit(inv)
         threading.Thread(target=self._supervise, args=(environment, inv), daemon=True).start()
         return inv
+
+    def _release(self, inv: Invocation) -> None:
+        # Free before the client hears its end, so a client that sends its next request the moment it has
+        # the last byte finds the environment free (a process still busy with it takes the next in turn).
+        environment = inv.environment
+        assert environment is not None
+        if environment.current is inv:
+            environment.current = None
+        self._idle.put(environment)
 
     def _supervise(self, environment: ExecutionEnvironment, inv: Invocation) -> None:
         # The timeout runs from the moment the runtime takes the event, as Lambda's does; init has its own.
         submitted = time.time()
         while not inv.wait(0.05):
             now = time.time()
-            late = now >= inv.deadline if inv.dispatched else now - submitted > INIT_TIMEOUT_S
-            if late:
+            if inv.dispatched and now >= inv.deadline:
                 environment.kill()  # the watcher fails the invocation as timed out and starts a new process
-                inv.wait(10)
-                break
-        environment.current = None
-        self._idle.put(environment)
+                if not inv.wait(10):
+                    inv.finish(FunctionError("Sandbox.Timedout", {"errorMessage": "Task timed out"}, inv.started))
+                return
+            if not inv.dispatched and now - submitted > INIT_TIMEOUT_S:
+                inv.finish(FunctionError("Sandbox.Timedout", {"errorMessage": "Init timed out"}, started=False))
+                environment.kill()  # a process that never asked for work in time is replaced
+                return
 
     def stop(self) -> None:
         for environment in self.environments:

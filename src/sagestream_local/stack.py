@@ -25,7 +25,7 @@ from typing import IO, Any
 
 from sagestream_local.cors import Cors
 from sagestream_local.endpoint import Scenario, SimulatedEndpoint
-from sagestream_local.function_url import FunctionURL
+from sagestream_local.function_url import IDLE_TIMEOUT_S, FunctionURL
 from sagestream_local.runtime_api import Pool
 
 SIM_ENDPOINT_NAME = "sagestream-sim"
@@ -55,6 +55,7 @@ class LocalStack:
         command: list[str] | None = None,
         verbose: bool = False,
         stdout: int | IO[Any] | None = None,
+        idle_timeout_s: float = IDLE_TIMEOUT_S,
     ) -> None:
         merged = {**os.environ, **(env or {})}
         # The Function URL's CORS answers, from the setting the template gives the deployed one.
@@ -80,6 +81,7 @@ class LocalStack:
         self.pool: Pool | None = None
         self._port = port
         self._verbose = verbose
+        self._idle_timeout_s = idle_timeout_s
         self.front: FunctionURL | None = None
 
     @property
@@ -100,6 +102,7 @@ class LocalStack:
                 interceptor=self.cors.preflight,
                 response_headers=self.cors.headers,
                 verbose=self._verbose,
+                idle_timeout_s=self._idle_timeout_s,
             )
         except OSError:
             self.stop()

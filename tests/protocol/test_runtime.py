@@ -14,7 +14,15 @@ import pytest
 from tests.client import gaps_ms, request
 from tests.conftest import PYTHONPATH
 
-from sagestream.runtime import ClientDisconnected, RuntimeAPIClient, invoke
+from sagestream.runtime import (
+    ClientDisconnected,
+    ResponseRefused,
+    RuntimeAPIClient,
+    StreamingResponse,
+    WriteTimedOut,
+    deadline_from_header,
+    invoke,
+)
 from sagestream_local.function_url import FunctionURL
 from sagestream_local.runtime_api import FunctionError, Pool
 
@@ -242,14 +250,34 @@ def test_request_over_six_megabytes_gets_413(local_function: Start) -> None:
 
 
 class _BareRuntimeAPI:
-    """Answers one /next, then records the raw bytes of whatever the runtime posts next."""
+    """Answers one /next, then records the raw bytes of whatever the runtime posts next.
 
-    def __init__(self, event: dict, drop_after_bytes: int | None = None) -> None:
+    ``prefix`` is the path the runtime must put before every Runtime API path (cargo-lambda's ``/.rt``);
+    ``deadline`` the Lambda-Runtime-Deadline-Ms value (default: an epoch time a minute away); ``early`` bytes
+    sent as soon as the POST's head arrives, before its body ends (cargo-lambda answers 200 at once), and
+    ``close_after`` bytes of body after which the connection is closed; ``stall`` never reads the body.
+    """
+
+    def __init__(
+        self,
+        event: dict,
+        drop_after_bytes: int | None = None,
+        *,
+        prefix: str = "",
+        deadline: str | None = None,
+        early: bytes | None = None,
+        stall: bool = False,
+    ) -> None:
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen()
         self.address = f"127.0.0.1:{self.sock.getsockname()[1]}"
+        self.prefix = prefix
         self.event = json.dumps(event).encode()
+        self.deadline = deadline
+        self.early = early
+        self.stall = stall
+        self.next_request = b""
         self.posted = b""
         self.drop_after_bytes = drop_after_bytes
         self.thread = threading.Thread(target=self._serve, daemon=True)
@@ -257,24 +285,37 @@ class _BareRuntimeAPI:
 
     def _serve(self) -> None:
         conn, _ = self.sock.accept()
-        conn.recv(65536)
+        self.next_request = conn.recv(65536)
+        deadline = self.deadline or str(int(time.time() * 1000) + 60000)
         conn.sendall(
             b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nLambda-Runtime-Aws-Request-Id: req-1\r\n"
-            b"Lambda-Runtime-Deadline-Ms: %d\r\nLambda-Runtime-Trace-Id: Root=1-abc\r\n"
-            b"Content-Length: %d\r\n\r\n%b" % (int(time.time() * 1000) + 60000, len(self.event), self.event)
+            b"Lambda-Runtime-Deadline-Ms: %b\r\nLambda-Runtime-Trace-Id: Root=1-abc\r\n"
+            b"Content-Length: %d\r\n\r\n%b" % (deadline.encode(), len(self.event), self.event)
         )
         post, _ = self.sock.accept()
+        if self.stall:  # accept the connection, read nothing: the runtime's sends fill the buffers
+            self.stalled = post
+            return
         post.settimeout(10)
+        answered = False
         while not self.posted.endswith(b"\r\n\r\n") or b"\r\n0\r\n" not in self.posted:
             data = post.recv(65536)
             if not data:
                 break
             self.posted += data
+            if self.early is not None and not answered and b"\r\n\r\n" in self.posted:
+                post.sendall(self.early)
+                answered = True
             if self.drop_after_bytes is not None and len(self.posted) > self.drop_after_bytes:
                 post.close()
                 return
-        post.sendall(b"HTTP/1.1 202 Accepted\r\nContent-Length: 0\r\n\r\n")
+        if not answered:
+            post.sendall(b"HTTP/1.1 202 Accepted\r\nContent-Length: 0\r\n\r\n")
         post.close()
+
+    @property
+    def body(self) -> bytes:
+        return self.posted.partition(b"\r\n\r\n")[2]
 
 
 def test_the_response_post_is_exactly_the_published_wire_format() -> None:
@@ -292,8 +333,13 @@ def test_the_response_post_is_exactly_the_published_wire_format() -> None:
     assert head.startswith(b"POST /2018-06-01/runtime/invocation/req-1/response HTTP/1.1\r\n")
     assert b"\r\nLambda-Runtime-Function-Response-Mode: streaming" in head
     assert b"\r\nTransfer-Encoding: chunked" in head
-    prelude = b'{"statusCode":201,"headers":{"x-a":"b"},"cookies":["c=d"]}' + b"\0" * 8
-    assert body == b"%x\r\n%b\r\n5\r\nhello\r\n6\r\nw\xc3\xb6rld\r\n0\r\n\r\n" % (len(prelude), prelude)
+    prelude = b'{"statusCode":201,"headers":{"x-a":"b"},"cookies":["c=d"]}'
+    # The prelude is one chunk and the 8-NUL separator the next (cargo-lambda reads them as two frames).
+    assert body == b"%x\r\n%b\r\n8\r\n%b\r\n5\r\nhello\r\n6\r\nw\xc3\xb6rld\r\n0\r\n\r\n" % (
+        len(prelude),
+        prelude,
+        b"\0" * 8,
+    )
 
 
 def test_a_failure_after_the_first_byte_is_sent_as_base64_trailers() -> None:
@@ -369,3 +415,163 @@ def test_a_set_cookie_header_is_refused_cookies_go_in_the_cookies_list() -> None
     with pytest.raises(BadHeader):
         encode_prelude(200, {"Set-Cookie": "a=1"})
     assert b'"cookies":["a=1"]' in encode_prelude(200, {}, ["a=1"])
+
+
+# --- what cargo-lambda's Runtime API does differently, and the runtime copes with ---
+
+
+def test_a_url_address_with_a_path_prefixes_every_runtime_api_path() -> None:
+    api = _BareRuntimeAPI({})
+    client = RuntimeAPIClient(f"http://{api.address}/.rt/sagestream")
+
+    def handler(event, stream, context):
+        stream.start(200, {})
+        stream.write(b"x")
+
+    invoke(client, handler, client.next_invocation())
+    api.thread.join(5)
+    assert api.next_request.startswith(b"GET /.rt/sagestream/2018-06-01/runtime/invocation/next HTTP/1.1\r\n")
+    assert api.posted.startswith(b"POST /.rt/sagestream/2018-06-01/runtime/invocation/req-1/response HTTP/1.1\r\n")
+
+
+def test_a_deadline_that_is_no_epoch_time_is_taken_as_from_now_and_said_once(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    api = _BareRuntimeAPI({}, deadline="600000")
+    client = RuntimeAPIClient(api.address)
+    invocation = client.next_invocation()
+    remaining = invocation.context.get_remaining_time_in_millis()
+    assert 590_000 < remaining <= 600_000
+    assert "Lambda-Runtime-Deadline-Ms '600000' is no epoch time" in capsys.readouterr().err
+    assert deadline_from_header("600000", 0) == (600000, True)
+    assert deadline_from_header(str(1_800_000_000_000), 0) == (1_800_000_000_000, False)
+
+
+def test_an_early_2xx_answer_does_not_end_the_stream() -> None:
+    api = _BareRuntimeAPI({}, early=b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+    client = RuntimeAPIClient(api.address)
+    streams: list[StreamingResponse] = []
+
+    def handler(event, stream, context):
+        streams.append(stream)
+        stream.start(200, {"content-type": "text/plain"})
+        for i in range(5):
+            time.sleep(0.02)  # the answer has arrived by the later writes
+            stream.write(f"part {i}\n")
+
+    invoke(client, handler, client.next_invocation())
+    api.thread.join(5)
+    assert streams[0].early_status == 200
+    assert b"".join(b"7\r\npart %d\n\r\n" % i for i in range(5)) + b"0\r\n\r\n" in api.body
+
+
+def test_an_early_error_answer_ends_the_stream_and_says_what_it_said(capsys: pytest.CaptureFixture[str]) -> None:
+    api = _BareRuntimeAPI({}, early=b"HTTP/1.1 413 Payload Too Large\r\ncontent-length: 9\r\n\r\ntoo large")
+    client = RuntimeAPIClient(api.address)
+    seen: list[BaseException] = []
+
+    def handler(event, stream, context):
+        try:
+            stream.start(200, {})  # the answer may already be there when the prelude goes
+            for _ in range(50):
+                time.sleep(0.02)
+                stream.write(b"z")
+        except ClientDisconnected as e:
+            seen.append(e)
+
+    invoke(client, handler, client.next_invocation())
+    assert len(seen) == 1 and isinstance(seen[0], ResponseRefused) and seen[0].status == 413
+    assert "answered 413 before the response ended: b'too large'" in capsys.readouterr().err
+
+
+def test_after_an_early_2xx_the_connection_closing_is_the_caller_gone() -> None:
+    api = _BareRuntimeAPI({}, early=b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n", drop_after_bytes=400)
+    client = RuntimeAPIClient(api.address)
+    seen: list[BaseException] = []
+
+    def handler(event, stream, context):
+        try:
+            stream.start(200, {})
+            for _ in range(200):
+                stream.write(b"y" * 64)
+                time.sleep(0.005)
+        except ClientDisconnected as e:
+            seen.append(e)
+
+    invoke(client, handler, client.next_invocation())
+    assert len(seen) == 1 and not isinstance(seen[0], ResponseRefused)
+
+
+# --- the deadline holds whatever the caller does ---
+
+
+def test_a_write_to_a_caller_that_stopped_reading_raises_before_the_deadline() -> None:
+    deadline_s = 2.0
+    api = _BareRuntimeAPI({}, deadline=str(int((time.time() + deadline_s) * 1000)), stall=True)
+    client = RuntimeAPIClient(api.address)
+    seen: list[BaseException] = []
+    started = time.monotonic()
+
+    def handler(event, stream, context):
+        stream.start(200, {})
+        try:
+            for _ in range(100_000):  # 6 GB: far more than any socket buffer holds
+                stream.write(b"w" * 65536)
+        except ClientDisconnected as e:
+            seen.append(e)
+
+    invoke(client, handler, client.next_invocation())
+    elapsed = time.monotonic() - started
+    assert len(seen) == 1 and isinstance(seen[0], WriteTimedOut)
+    # It gives up WRITE_RESERVE_S before the deadline; generous slack for a loaded machine.
+    assert elapsed < deadline_s + 1.0
+
+
+# --- every started response writes at least one body byte ---
+
+
+@pytest.mark.parametrize(
+    ("headers", "filler"),
+    [
+        ({"content-type": "text/event-stream"}, b":\n\n"),
+        ({"Content-Type": "text/event-stream; charset=utf-8"}, b":\n\n"),
+        ({"content-type": "application/json"}, b"\n"),
+        (None, b"\n"),  # the handler returned without starting: the runtime starts a 200 for it
+    ],
+)
+def test_a_response_with_no_body_gets_one_harmless_body_write(headers: dict | None, filler: bytes) -> None:
+    api = _BareRuntimeAPI({})
+    client = RuntimeAPIClient(api.address)
+
+    def handler(event, stream, context):
+        if headers is not None:
+            stream.start(403, headers)
+
+    invoke(client, handler, client.next_invocation())
+    api.thread.join(5)
+    assert api.body.endswith(b"%x\r\n%b\r\n0\r\n\r\n" % (len(filler), filler))
+    assert api.body.count(b"\r\n0\r\n") == 1
+
+
+def test_a_response_with_a_body_gets_nothing_added() -> None:
+    api = _BareRuntimeAPI({})
+    client = RuntimeAPIClient(api.address)
+
+    def handler(event, stream, context):
+        stream.start(200, {"content-type": "text/event-stream"})
+        stream.write(b"data: [DONE]\n\n")
+
+    invoke(client, handler, client.next_invocation())
+    api.thread.join(5)
+    assert api.body.endswith(b"e\r\ndata: [DONE]\n\n\r\n0\r\n\r\n")
+    assert b":\n\n" not in api.body
+
+
+def test_the_runtime_and_prelude_docstring_examples_hold() -> None:
+    import doctest
+
+    from sagestream import function_url, runtime
+
+    for module in (runtime, function_url):
+        result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+        assert result.attempted > 0 and result.failed == 0, module.__name__

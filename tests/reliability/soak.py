@@ -6,7 +6,9 @@ answers, refusals before the upstream, an upstream fault mid-stream and a client
 
 Read from ``/proc/PID``: open file descriptors (``fd/``), threads (``status`` Threads) and resident memory
 (``status`` VmRSS). Flat means: fds and threads equal at start and end (each after the process has gone
-quiet), RSS grown by less than :data:`RSS_GROWTH_LIMIT_KB` after the warm-up.
+quiet), RSS grown by less than :data:`RSS_GROWTH_LIMIT_KB` after the warm-up. The same fd and thread
+counts are taken of this process, which runs the local Function URL front and Runtime API: a connection
+thread or socket that outlived its request would show there.
 
 ``make soak`` runs 2,000 invocations; ``tests/reliability/test_soak.py`` runs 200 with the same check::
 
@@ -102,6 +104,8 @@ class Result:
     start: Sample
     end: Sample
     pid_unchanged: bool
+    stack_start: Sample  # this process: the Function URL front and Runtime API, whose threads and sockets
+    stack_end: Sample  # come and go with each connection and must all go
 
     @property
     def flat(self) -> bool:
@@ -110,6 +114,8 @@ class Result:
             and self.end.fds == self.start.fds
             and self.end.threads == self.start.threads
             and self.end.rss_kb - self.start.rss_kb < RSS_GROWTH_LIMIT_KB
+            and self.stack_end.fds == self.stack_start.fds
+            and self.stack_end.threads == self.stack_start.threads
         )
 
     def __str__(self) -> str:
@@ -119,6 +125,7 @@ class Result:
             f"({self.invocations / self.seconds:.0f}/s) through one runtime process\n"
             f"  start (after warm-up): {self.start}\n"
             f"  end:                   {self.end}\n"
+            f"  local stack (this process): start {self.stack_start}; end {self.stack_end}\n"
             f"  RSS growth {growth:+.2f} MB (limit {RSS_GROWTH_LIMIT_KB / 1024:.0f} MB); "
             f"{'flat' if self.flat else 'NOT FLAT'}"
         )
@@ -143,13 +150,15 @@ def soak(invocations: int, warmup: int | None = None) -> Result:
         assert environment.process is not None
         pid = environment.process.pid
         start = quiet_sample(pid)
+        stack_start = quiet_sample(os.getpid())
         began = time.monotonic()
         for n in range(warmup, invocations):
             one(stack, n)
         seconds = time.monotonic() - began
         end = quiet_sample(pid)
+        stack_end = quiet_sample(os.getpid())
         same = environment.process.pid == pid and environment.exit_codes == []
-    return Result(warmup, invocations - warmup, seconds, start, end, same)
+    return Result(warmup, invocations - warmup, seconds, start, end, same, stack_start, stack_end)
 
 
 def main(argv: list[str] | None = None) -> int:

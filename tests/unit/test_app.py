@@ -3,6 +3,7 @@ Allow, HEAD), what unauthenticated answers say, x-request-id on every answer, an
 
 from __future__ import annotations
 
+import io
 import json
 from typing import Any
 
@@ -10,6 +11,8 @@ import pytest
 
 from sagestream.config import Config
 from sagestream.function_url import build_event
+from sagestream.runtime import WriteTimedOut
+from sagestream.telemetry import Telemetry
 from sagestream_local.endpoint import model_error
 from tests.fakes import RecordingStream, Upstream, context, load_app, response, stubbed_client
 
@@ -144,3 +147,35 @@ def test_the_response_starts_only_with_the_first_bytes() -> None:
 def test_the_route_table_is_the_one_place_that_says_which_routes_need_a_key(open_app: Any) -> None:
     keyed = {path for path, route in open_app.routes.items() if route.keyed}
     assert keyed == {CHAT, "/v1/completions", "/v1/models", "/v1/models/unit-llm"}
+
+
+class StalledReader(RecordingStream):
+    """A response whose caller stops reading after the first delta: the runtime's write times out."""
+
+    def write(self, data: bytes | str) -> None:
+        if self.writes:
+            raise WriteTimedOut("the caller stopped reading")
+        super().write(data)
+
+
+def test_a_caller_that_stops_reading_ends_the_invocation_as_a_deadline_stop_with_its_record(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A service of its own: Powertools gives a logger that already has a handler no second one.
+    monkeypatch.setenv("POWERTOOLS_SERVICE_NAME", "unit-stalled-reader")
+    out = io.StringIO()
+    config = Config.from_env({"SAGEMAKER_ENDPOINT_NAME": "unit-llm", "AUTH_MODE": "none"})
+    handler = app.App(config, stubbed_client(Upstream()), telemetry=Telemetry(config, out=out))
+    event = build_event(
+        method="POST",
+        raw_path=CHAT,
+        raw_query="",
+        headers=[("content-type", "application/json")],
+        body=json.dumps({**ASK, "stream": True}).encode(),
+        source_ip="127.0.0.1",
+    )
+    stream = StalledReader()
+    handler(event, stream, context())
+    assert stream.closed and len(stream.writes) == 1
+    [log] = [json.loads(line) for line in out.getvalue().splitlines() if '"message":"invocation"' in line]
+    assert (log["error_code"], log["deadline_stop"], log["client_disconnected"]) == ("deadline_exceeded", True, False)

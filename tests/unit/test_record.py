@@ -66,10 +66,19 @@ def test_output_tokens_are_the_containers_count_when_sent_else_the_deltas_with_t
     assert reported.output_tokens == 7 and reported.finish_reason == "stop"
 
 
-def test_a_delta_without_text_counts_no_token_whatever_else_it_carries() -> None:
+def test_a_delta_without_output_counts_no_token_whatever_else_it_carries() -> None:
     record = StreamRecord()
     record.wrote(Delta(role="assistant"), b"data: role")
+    record.wrote(Delta(finish_reason="stop"), b"data: stop")
     assert record.output_tokens == 0
+
+
+def test_tool_call_fragments_and_reasoning_count_as_output_when_no_usage_is_sent() -> None:
+    record = StreamRecord()
+    record.wrote(Delta(reasoning_content="Think"), b"x")
+    record.wrote(Delta(tool_calls=[{"index": 0, "function": {"arguments": '{"a"'}}]), b"x")
+    record.wrote(Delta(refusal="No"), b"x")
+    assert record.output_tokens == 3
 
 
 def test_the_completion_is_kept_only_when_asked() -> None:
