@@ -12,6 +12,10 @@ own, one of each per response. :func:`completion_json` builds the non-streaming 
 ``text_completion`` object. :func:`error_event` is the one SSE error event: an error after the first
 byte, in OpenAI's shape, after which no ``[DONE]`` follows.
 
+Most deltas carry text and nothing else: their event is a template (cut once per response from the
+general path's own output) with the text's JSON string put in, twenty times faster than serialising the
+whole chunk and byte for byte the same.
+
 ``pad_bytes`` (0, or at least :data:`MIN_PAD_BYTES`) puts an SSE comment of that many bytes after each
 delta event. Clients ignore comments;
 intermediaries that hold small writes back until some kilobytes have gathered pass them on at once.
