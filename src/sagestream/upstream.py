@@ -330,6 +330,7 @@ class PayloadParts:
         self._raw = event_stream._raw_stream
         self._deadline = deadline
         self._read_timeout_s = read_timeout_s
+        self._timeout_set: float | None = None  # what the socket's timeout was last set to, here
         self._closed = False
 
     def __iter__(self) -> Iterator[bytes]:
@@ -369,9 +370,13 @@ class PayloadParts:
         left = self._deadline - time.monotonic()
         if left <= 0:
             raise DeadlineReached()
+        timeout = min(self._read_timeout_s, left)
+        if timeout == self._timeout_set:
+            return  # the read timeout, until the deadline is nearer than that: set once, not per read
         sock = self._socket()
         if sock is not None:
-            sock.settimeout(min(self._read_timeout_s, left))
+            sock.settimeout(timeout)
+            self._timeout_set = timeout
 
     def _socket(self) -> Any:
         return getattr(getattr(self._raw, "connection", None), "sock", None)
