@@ -125,7 +125,9 @@ class ChunkEncoder:
         self.usage: Usage | None = None
         self._padding = b":" + b" " * (pad_bytes - 3) + b"\n\n" if pad_bytes else b""
         self._started = False
-        self._text_event = self._text_template()
+        # Cut when the second delta needs it, after the first one was written: not on the way to the first token.
+        self._text_event: tuple[bytes, bytes] | None = None
+        self._text_cut = False
 
     def encode(self, delta: Delta) -> bytes:
         """The event for ``delta``; empty bytes if it carries nothing to send now (only usage, say)."""
@@ -139,14 +141,16 @@ class ChunkEncoder:
             and delta.reasoning is None
             and delta.refusal is None
             and not delta.extra
-            and self._text_event is not None
         ):
-            # Most deltas are text and nothing else: their event is the template with the text put in,
-            # one JSON string encoded instead of the whole chunk (a twentieth of the time).
-            if delta.usage is not None:
-                self.usage = delta.usage
-            head, tail = self._text_event
-            return head + _STRING.encode(delta.content).encode() + tail
+            if not self._text_cut:
+                self._text_event, self._text_cut = self._text_template(), True
+            if self._text_event is not None:
+                # Most deltas are text and nothing else: their event is the template with the text put in,
+                # one JSON string encoded instead of the whole chunk (a twentieth of the time).
+                if delta.usage is not None:
+                    self.usage = delta.usage
+                head, tail = self._text_event
+                return head + _STRING.encode(delta.content).encode() + tail
         return self._encode(delta)
 
     def _encode(self, delta: Delta) -> bytes:

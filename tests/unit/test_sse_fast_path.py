@@ -70,10 +70,11 @@ def test_every_delta_gives_the_general_paths_bytes(
 
 def test_text_deltas_after_the_first_take_the_template() -> None:
     fast, _ = _twins("chat", "m", include_usage=True, pad_bytes=0)
-    fast.encode(Delta("Hi"))  # the first chunk names the role: general path
+    fast.encode(Delta("Hi"))  # the first chunk names the role: general path, and nothing cut yet
+    assert not fast._text_cut
+    event = fast.encode(Delta('a "quoted" \\ line\n and é 👋'))
     assert fast._text_event is not None
     head, tail = fast._text_event
-    event = fast.encode(Delta('a "quoted" \\ line\n and é 👋'))
     assert event.startswith(head) and event.endswith(tail)
     chunk = json.loads(event[6:])
     assert chunk["choices"] == [
@@ -84,6 +85,6 @@ def test_text_deltas_after_the_first_take_the_template() -> None:
 
 def test_a_model_named_like_the_marker_leaves_every_delta_to_the_general_path() -> None:
     fast, general = _twins("chat", "\x00", include_usage=False, pad_bytes=0)
-    assert fast._text_event is None
     for delta in (Delta("a"), Delta("b"), Delta("", finish_reason="stop")):
         assert fast.encode(delta) == general._encode(delta)
+    assert fast._text_cut and fast._text_event is None
