@@ -18,12 +18,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import report
+from bench import function, report
 from bench.peers import PEERS, reset_peak_rss, status_kb
 from sagestream_local import runtime_api
 from sagestream_local.endpoint import Scenario
@@ -33,6 +34,12 @@ from sagestream_local.stack import LocalStack
 ROOT = Path(__file__).resolve().parent.parent
 PYTHONPATH = os.pathsep.join([str(ROOT), str(ROOT / "src")])
 BOTO3_CLIENT = "import boto3; boto3.client('sagemaker-runtime', region_name='us-east-1')"
+# The cold-start request: a short streamed chat, as a Function URL would send it (payload 2.0).
+COLD_EVENT: dict[str, Any] = {
+    **json.loads((ROOT / "events" / "chat-stream.json").read_text()),
+    "body": json.dumps({"messages": [{"role": "user", "content": "Hi"}], "stream": True}),
+    "isBase64Encoded": False,
+}
 
 
 def workloads(quick: bool) -> dict[str, dict[str, Any]]:
@@ -111,23 +118,65 @@ class InitClock:
         return (self.first_next[id(env)] - self.spawned[id(env)]) * 1000
 
 
-def cold_init(clock: InitClock, env: dict[str, str], samples: int) -> dict[str, Any]:
-    """Runtime start to first /next, against a bare ``boto3.client`` process, alternated, medians."""
-    runtime_ms, boto3_ms = [], []
-    for _ in range(samples):
-        with Pool(size=1, env=env) as pool:
-            runtime_ms.append(clock.wait(pool.environments[0]))
-        started = time.monotonic()
-        subprocess.run([sys.executable, "-c", BOTO3_CLIENT], check=True, timeout=60, env={**os.environ, **env})
-        boto3_ms.append((time.monotonic() - started) * 1000)
+class FirstChunk:
+    """A :class:`~sagestream_local.runtime_api.Sink` that notes when the first body byte arrived."""
+
+    def __init__(self) -> None:
+        self.first: float | None = None
+        self.status: int | None = None
+        self.ended = threading.Event()
+
+    def prelude(self, prelude: Any) -> None:
+        self.status = prelude.status
+
+    def chunk(self, data: bytes) -> None:
+        if self.first is None and data:
+            self.first = time.monotonic()
+
+    def end(self, error: Any) -> None:
+        self.ended.set()
+
+
+def _first_chunk_ms(pool: Pool) -> float:
+    """One streamed chat request straight to the pool's Runtime API: submit to its first body byte, in ms."""
+    sink = FirstChunk()
+    started = time.monotonic()
+    invocation = pool.submit(COLD_EVENT, sink)
+    if not invocation.wait(30) or not sink.ended.wait(5) or sink.status != 200 or sink.first is None:
+        raise RuntimeError(f"the cold-start request failed: HTTP {sink.status}")
+    return (sink.first - started) * 1000
+
+
+def cold_init(clock: InitClock, env: dict[str, str], samples: int, sim: Any) -> dict[str, Any]:
+    """Runtime start to first /next, against a bare ``boto3.client`` process, alternated, medians.
+
+    Then, in the same fresh process, one streamed chat request and a second one: the first pays what init
+    left for first use (the request models, the upstream connection), the second is a warm request.
+    """
+    runtime_ms, boto3_ms, first_ms, warm_ms = [], [], [], []
+    sim.set_scenario(tokens=2, cadence_ms=0, ttft_ms=0)  # the endpoint answers at once: the function's time shows
+    try:
+        for _ in range(samples):
+            with Pool(size=1, env=env) as pool:
+                runtime_ms.append(clock.wait(pool.environments[0]))
+                first_ms.append(_first_chunk_ms(pool))
+                warm_ms.append(_first_chunk_ms(pool))
+            started = time.monotonic()
+            subprocess.run([sys.executable, "-c", BOTO3_CLIENT], check=True, timeout=60, env={**os.environ, **env})
+            boto3_ms.append((time.monotonic() - started) * 1000)
+    finally:
+        sim.reset_scenario()
     runtime, baseline = statistics.median(runtime_ms), statistics.median(boto3_ms)
     return {
         "runtime_init_ms": round(runtime, 1),
         "boto3_client_ms": round(baseline, 1),
         "cold_init_ratio": round(runtime / baseline, 3),
+        "first_request_ms": round(statistics.median(first_ms), 1),
+        "warm_request_ms": round(statistics.median(warm_ms), 1),
         "samples": samples,
         "runtime_init_ms_all": [round(x, 1) for x in runtime_ms],
         "boto3_client_ms_all": [round(x, 1) for x in boto3_ms],
+        "first_request_ms_all": [round(x, 1) for x in first_ms],
     }
 
 
@@ -204,8 +253,13 @@ def main(argv: list[str] | None = None) -> int:
     docs: dict[str, dict[str, Any]] = {w: {} for w in specs}
     timelines: dict[str, tuple[list[int], int]] = {}
     sends: tuple[list[int], int] | None = None
+    # The runtime process's stdout (its invocation log records) goes to a file: the function's own figures.
+    log_file = tempfile.NamedTemporaryFile(prefix="sagestream-bench-", suffix=".log", delete=False)  # noqa: SIM115
+    log = function.InvocationLog(Path(log_file.name))
     try:
-        stacks["sagestream"] = LocalStack(port=0, concurrency=1, env={"PYTHONPATH": PYTHONPATH}, scenario=base).start()
+        stacks["sagestream"] = LocalStack(
+            port=0, concurrency=1, env={"PYTHONPATH": PYTHONPATH}, scenario=base, stdout=log_file
+        ).start()
         sim = stacks["sagestream"].endpoint
         assert sim is not None
         # the buffered chain calls the same simulated endpoint, with the same credentials
@@ -216,8 +270,13 @@ def main(argv: list[str] | None = None) -> int:
             assert stack.pool is not None
             clock.wait(stack.pool.environments[0])
             warm(stack.url)
-        cold = cold_init(clock, shared, 1 if args.quick else 5)
-        print(f"cold init: {cold['runtime_init_ms']} ms vs boto3.client {cold['boto3_client_ms']} ms", flush=True)
+        log.new_records()  # the warm-up's
+        cold = cold_init(clock, shared, 1 if args.quick else 5, sim)
+        print(
+            f"cold init: {cold['runtime_init_ms']} ms vs boto3.client {cold['boto3_client_ms']} ms; first request "
+            f"{cold['first_request_ms']} ms to its first byte, a warm one {cold['warm_request_ms']} ms",
+            flush=True,
+        )
         for workload, spec in specs.items():
             keep_times = workload != "long"
             for peer in [p for p in peers if p in spec["peers"]]:
@@ -233,6 +292,8 @@ def main(argv: list[str] | None = None) -> int:
                 result, _ = run_peer(peer, target, spec["runs"], keep_times, shared, pid, timeout)
                 records = sim.records
                 docs[workload][peer] = report.metrics(result, records)
+                if peer == "sagestream":
+                    docs[workload][peer].update(function.figures(log.new_records(), spec["runs"]))
                 if workload == "tinyllama-like" and result["runs"]:
                     first = result["runs"][0]
                     timelines[peer] = (first["arrivals_ns"], first["started_ns"])
@@ -240,10 +301,15 @@ def main(argv: list[str] | None = None) -> int:
                         record = records[-len(result["runs"])]
                         sends = ([t.monotonic_ns for t in record.tokens], first["started_ns"])
                 m = docs[workload][peer]
+                own = (
+                    f"  function: ttft cpu {m['ttft_cpu_ms']} ms, relay p50 {m['relay_ms_p50']} p99 {m['relay_ms_p99']}"
+                    if peer == "sagestream"
+                    else ""
+                )
                 print(
                     f"{workload:15} {peer:22} ttft {m['ttft_ms_median']} ms  bursts {m['burst_gaps']}/{m['deltas']}"
                     f"  added p50 {m['added_ms_p50']} p99 {m['added_ms_p99']}  cpu {m['cpu_us_per_delta']} us"
-                    f"  rss {m['peak_rss_mb']} MB",
+                    f"  rss {m['peak_rss_mb']} MB{own}",
                     flush=True,
                 )
                 sim.clear_records()
@@ -251,6 +317,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for stack in stacks.values():
             stack.stop()
+        log_file.close()
+        Path(log_file.name).unlink(missing_ok=True)
     notes = [
         "`buffered` is sagestream's own handler run against a stream that keeps every write and sends them as "
         "one at the end (bench/buffered.py), through the same local chain: the tutorial shape, same code.",
@@ -288,6 +356,13 @@ def main(argv: list[str] | None = None) -> int:
         headline["cold_init_ratio"] = cold["cold_init_ratio"]
         headline["deltas_per_s"] = docs.get("throughput", {}).get("sagestream", {}).get("deltas_per_s")
         headline["rss_growth_mb"] = docs.get("long", {}).get("sagestream", {}).get("rss_growth_mb")
+        throughput = docs.get("throughput", {}).get("sagestream", {})
+        # What one runtime process could relay if it did nothing else: deltas per second of its own CPU.
+        per_delta = throughput.get("invocation_cpu_us_per_delta")
+        headline["function_deltas_per_cpu_s"] = round(1e6 / per_delta) if per_delta else None
+        reader = doc["peers"].get("line-iterator", {}).get("cpu_us_per_delta")
+        mine = headline.get("cpu_us_per_delta")
+        headline["cpu_per_delta_vs_line_iterator"] = round(mine / reader, 3) if mine and reader else None
     doc["targets"] = {name: {"measured": value, "met": met} for name, value, met in report.target_rows(doc)}
     report.write(args.out, doc)
     if timelines and sends is not None:

@@ -40,9 +40,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from functools import partial
 from importlib import resources
-from typing import Any
-
-from aws_lambda_powertools.utilities.data_classes import LambdaFunctionUrlEvent
+from typing import TYPE_CHECKING, Any
 
 from sagestream import dialects, upstream
 from sagestream.auth import Authenticator, requires_key
@@ -53,9 +51,11 @@ from sagestream.function_url import event_body, media_type
 from sagestream.record import StreamRecord
 from sagestream.relay import relay
 from sagestream.runtime import ClientDisconnected, LambdaContext, ResponseStream, WriteTimedOut
-from sagestream.schema import ChatCompletionRequest, CompletionRequest, parse_chat, parse_completion
 from sagestream.sse import ChunkEncoder, Kind, completion_json, error_event
 from sagestream.telemetry import Telemetry, prompt_of
+
+if TYPE_CHECKING:
+    from sagestream.schema import ChatCompletionRequest, CompletionRequest
 
 __all__ = ["App", "Call", "Request", "Route", "Writer", "handler"]
 
@@ -79,7 +79,12 @@ PAGE_HEADERS = {
 
 @dataclass(frozen=True, slots=True)
 class Request:
-    """What the routes need of a Function URL event (read through Powertools' event data class)."""
+    """What the routes need of a Function URL event (payload format 2.0).
+
+    Read as the plain mapping it is: Powertools' event data class would cost the cold start its whole
+    ``data_classes`` package (every event type AWS has, about a tenth of a bare boto3 client's import) for
+    three fields.
+    """
 
     method: str
     path: str
@@ -90,20 +95,16 @@ class Request:
 
     @classmethod
     def from_event(cls, event: Mapping[str, Any]) -> Request:
-        url_event = LambdaFunctionUrlEvent(dict(event))
-        http = (event.get("requestContext") or {}).get("http") or {}
-        url_request_id = caller = None
-        if event.get("requestContext"):
-            context = url_event.request_context
-            url_request_id = context.get("requestId")
-            caller = context.authorizer.iam.user_arn or None
+        context = event.get("requestContext") or {}
+        http = context.get("http") or {}
+        iam = (context.get("authorizer") or {}).get("iam") or {}
         return cls(
             method=str(http.get("method") or "GET").upper(),
             path=str(event.get("rawPath") or http.get("path") or "/"),
             headers={str(k).lower(): str(v) for k, v in (event.get("headers") or {}).items()},
             body=event_body(event),
-            url_request_id=url_request_id,
-            caller=caller,
+            url_request_id=context.get("requestId"),
+            caller=iam.get("userArn") or None,
         )
 
 
@@ -149,7 +150,7 @@ class Call:
 
 
 RouteHandler = Callable[["App", Call], None]
-RequestParser = Callable[..., ChatCompletionRequest | CompletionRequest]
+RequestParser = Callable[..., "ChatCompletionRequest | CompletionRequest"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,11 +178,13 @@ class App:
         self.telemetry = telemetry or Telemetry(config)
         self.auth = auth or Authenticator(config)
         routes = [
-            Route("/v1/chat/completions", ("POST",), partial(App._complete, parse=parse_chat, kind="chat"), keyed=True),
+            Route(
+                "/v1/chat/completions", ("POST",), partial(App._complete, parse=_parse_chat, kind="chat"), keyed=True
+            ),
             Route(
                 "/v1/completions",
                 ("POST",),
-                partial(App._complete, parse=parse_completion, kind="completion"),
+                partial(App._complete, parse=_parse_completion, kind="completion"),
                 keyed=True,
             ),
             Route("/v1/models", ("GET",), App._models, keyed=True),
@@ -193,8 +196,11 @@ class App:
         self.routes: dict[str, Route] = {route.path: route for route in routes}
 
     def __call__(self, event: dict[str, Any], stream: ResponseStream, context: LambdaContext) -> None:
+        arrived, arrived_cpu = time.monotonic(), time.process_time()  # before any work on the event
         request = Request.from_event(event)
         record = StreamRecord(
+            started=arrived,
+            started_cpu=arrived_cpu,
             method=request.method,
             path=request.path,
             caller=request.caller,
@@ -390,7 +396,8 @@ class App:
                     logger.warning("stream ended by an upstream failure: %s", item.message)
                 writer.write(data, 200, SSE_HEADERS)
                 if isinstance(item, Delta):
-                    record.wrote(item, data)
+                    # Timed here, at the edge: from the read that completed the delta to its write.
+                    record.wrote(item, data, read_at=parts.read_at)
 
 
 def _model_named(body: bytes) -> tuple[bool, str | None]:
@@ -420,6 +427,20 @@ def _timed(parts: Iterable[bytes], record: StreamRecord) -> Iterator[bytes]:
         if record.upstream_first_byte is None:
             record.upstream_first_byte = time.monotonic()
         yield part
+
+
+# The request models (pydantic, and the schema of every OpenAI field) load with the first completion
+# request, not at init: the cold start before the first /next does not pay for them.
+def _parse_chat(body: bytes, **limits: Any) -> ChatCompletionRequest:
+    from sagestream.schema import parse_chat
+
+    return parse_chat(body, **limits)
+
+
+def _parse_completion(body: bytes, **limits: Any) -> CompletionRequest:
+    from sagestream.schema import parse_completion
+
+    return parse_completion(body, **limits)
 
 
 def _build() -> App:

@@ -52,13 +52,19 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from sagestream import prompts
 from sagestream.dialects import Dialect, dialect_named
-from sagestream.schema import ChatCompletionRequest, CompletionRequest
 from sagestream.sse import MIN_PAD_BYTES
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
 AUTH_MODES = ("iam", "api_key", "none")
-OPENAI_FIELDS = frozenset(ChatCompletionRequest.model_fields) | frozenset(CompletionRequest.model_fields)
+
+
+def openai_fields() -> frozenset[str]:
+    """The request fields the OpenAI models validate. The models (and pydantic) load only when asked:
+    init does not need them unless EXTRA_REQUEST_FIELDS is set."""
+    from sagestream.schema import ChatCompletionRequest, CompletionRequest
+
+    return frozenset(ChatCompletionRequest.model_fields) | frozenset(CompletionRequest.model_fields)
 
 
 class ConfigError(ValueError):
@@ -277,7 +283,7 @@ class Config:
         limit = number("MAX_TOKENS_LIMIT", None, minimum=1)
         prompt_limit = number("MAX_PROMPT_CHARS", None, minimum=1)
         extra_fields = frozenset(f.strip() for f in env.get("EXTRA_REQUEST_FIELDS", "").split(",") if f.strip())
-        shadowed = sorted(extra_fields & OPENAI_FIELDS)
+        shadowed = sorted(extra_fields & openai_fields()) if extra_fields else []
         if shadowed:
             raise ConfigError(
                 f"EXTRA_REQUEST_FIELDS names OpenAI's own request fields ({', '.join(shadowed)}): "

@@ -36,11 +36,15 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, NoReturn, Protocol, cast, get_args
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, Protocol, cast, get_args
 
 from sagestream import prompts
 from sagestream.errors import APIError
-from sagestream.schema import ChatCompletionRequest, CompletionRequest
+
+if TYPE_CHECKING:
+    # At run time the request models (and pydantic) are imported where a request is at hand, so that the
+    # function's init does without them (see the README's Benchmark section, cold start).
+    from sagestream.schema import ChatCompletionRequest, CompletionRequest
 
 __all__ = [
     "DIALECTS",
@@ -344,6 +348,10 @@ class LogprobsWanted:
 
     @classmethod
     def of(cls, request: ChatCompletionRequest | CompletionRequest | None) -> LogprobsWanted | None:
+        if request is None:
+            return None
+        from sagestream.schema import ChatCompletionRequest, CompletionRequest
+
         if isinstance(request, ChatCompletionRequest) and request.logprobs:
             return cls("chat", request.top_logprobs or 0)
         if isinstance(request, CompletionRequest) and request.logprobs is not None:
@@ -605,6 +613,8 @@ def upstream_body(
         ...     print(err.param)
         tools
     """
+    from sagestream.schema import ChatCompletionRequest, CompletionRequest
+
     max_tokens = request.effective_max_tokens
     if max_tokens is None:
         max_tokens = max_tokens_default
@@ -726,6 +736,8 @@ def _openai_message(message: Any) -> dict[str, Any]:
 def _openai_body(
     request: ChatCompletionRequest | CompletionRequest, *, stream: bool, max_tokens: int | None
 ) -> dict[str, Any]:
+    from sagestream.schema import ChatCompletionRequest
+
     # Everything the request validated is forwarded as the client sent it, save these.
     body = request.sent()
     for name in ("model", "max_tokens", "max_completion_tokens", "stream", "stream_options"):

@@ -3,7 +3,8 @@
 A :class:`StreamRecord` is made per invocation and dropped with it (invariant 7 of the README's
 "Architecture" section). It changes in two ways only: :meth:`StreamRecord.wrote` after each delta the
 relay produced, and :meth:`StreamRecord.fail` when the invocation ends in an error. :class:`Cadence` keeps
-the gaps between delta writes in memory that does not grow with the stream (invariant 3).
+the gaps between delta writes, and ``relay`` each delta's time from the upstream read that completed it
+to its write, both as a :class:`Histogram`: memory that does not grow with the stream (invariant 3).
 
 Output tokens are the container's own count (its usage) when it sent one, else the number of deltas
 that carried text: a container that reports no usage streams one token per delta.
@@ -33,14 +34,62 @@ from typing import Any
 from sagestream.dialects import Delta
 from sagestream.errors import DEADLINE_EXCEEDED, APIError
 
-__all__ = ["Cadence", "StreamRecord"]
+__all__ = ["Cadence", "Histogram", "StreamRecord"]
+
+
+class Histogram:
+    """Durations in milliseconds, counted in log-spaced buckets 1 % wide, so that a stream of a million
+    deltas keeps a summary of a few hundred counts: quantiles within 1 %, the maximum and minimum exact.
+
+    The buckets span a microsecond to a day in fewer than 2,900 keys (and far fewer in practice: values a
+    stream produces are within a few orders of magnitude of each other), whatever the number of values.
+
+    >>> h = Histogram()
+    >>> for ms in (0.1, 0.2, 0.2, 0.3, 5.0):
+    ...     h.add(ms)
+    >>> round(h.quantile(0.5), 2), h.quantile(0.99), h.count
+    (0.2, 5.0, 5)
+    """
+
+    _STEP = math.log(1.01)
+    _FLOOR_MS = 0.001  # values below a microsecond share one bucket
+
+    __slots__ = ("_buckets", "count", "max_ms", "min_ms")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.max_ms: float | None = None
+        self.min_ms: float | None = None
+        self._buckets: dict[int, int] = {}
+
+    def add(self, ms: float) -> None:
+        if self.max_ms is None or ms > self.max_ms:
+            self.max_ms = ms
+        if self.min_ms is None or ms < self.min_ms:
+            self.min_ms = ms
+        key = -1 if ms <= self._FLOOR_MS else int(math.log(ms / self._FLOOR_MS) / self._STEP)
+        self._buckets[key] = self._buckets.get(key, 0) + 1
+        self.count += 1
+
+    def quantile(self, q: float) -> float | None:
+        """The smallest value with at least a share ``q`` of the values at or below it, within 1 %."""
+        if not self.count or self.max_ms is None or self.min_ms is None:
+            return None
+        rank = max(1, math.ceil(q * self.count))
+        if rank >= self.count:
+            return self.max_ms
+        seen = 0
+        for key in sorted(self._buckets):
+            seen += self._buckets[key]
+            if seen >= rank:
+                value = 0.0 if key < 0 else self._FLOOR_MS * math.exp((key + 0.5) * self._STEP)
+                return min(max(value, self.min_ms), self.max_ms)
+        return self.max_ms  # pragma: no cover - the counts always reach the rank
 
 
 class Cadence:
-    """The gaps between consecutive delta writes, summarised in memory that does not grow with the stream.
-
-    A stream may carry a million deltas: the maximum is exact, the median comes from log-spaced buckets
-    1 % wide, so it is within 1 % of the true one.
+    """The gaps between consecutive delta writes, as a :class:`Histogram` (memory that does not grow with
+    the stream): the maximum exact, the median within 1 %.
 
     >>> c = Cadence()
     >>> for t in (0.0, 0.010, 0.020, 0.050):
@@ -49,38 +98,28 @@ class Cadence:
     (30.0, True)
     """
 
-    _STEP = math.log(1.01)
-    _FLOOR_MS = 0.001  # gaps below a microsecond share one bucket
-
-    __slots__ = ("_buckets", "_last", "count", "max_ms")
+    __slots__ = ("_last", "gaps")
 
     def __init__(self) -> None:
-        self.count = 0
-        self.max_ms: float | None = None
         self._last: float | None = None
-        self._buckets: dict[int, int] = {}
+        self.gaps = Histogram()
 
     def add(self, now: float) -> None:
         last, self._last = self._last, now
-        if last is None:
-            return
-        gap = (now - last) * 1000
-        self.max_ms = gap if self.max_ms is None or gap > self.max_ms else self.max_ms
-        key = -1 if gap <= self._FLOOR_MS else int(math.log(gap / self._FLOOR_MS) / self._STEP)
-        self._buckets[key] = self._buckets.get(key, 0) + 1
-        self.count += 1
+        if last is not None:
+            self.gaps.add((now - last) * 1000)
+
+    @property
+    def count(self) -> int:
+        return self.gaps.count
+
+    @property
+    def max_ms(self) -> float | None:
+        return self.gaps.max_ms
 
     @property
     def median_ms(self) -> float | None:
-        if not self.count or self.max_ms is None:
-            return None
-        seen, middle = 0, (self.count + 1) // 2
-        for key in sorted(self._buckets):
-            seen += self._buckets[key]
-            if seen >= middle:
-                value = 0.0 if key < 0 else self._FLOOR_MS * math.exp((key + 0.5) * self._STEP)
-                return min(value, self.max_ms)
-        return self.max_ms  # pragma: no cover - the counts always reach the middle
+        return self.gaps.quantile(0.5)
 
 
 @dataclass
@@ -106,6 +145,11 @@ class StreamRecord:
     upstream_first_byte: float | None = None
     first_delta: float | None = None
     cadence: Cadence = field(default_factory=Cadence)  # bounded: a stream's length must not grow memory
+    # The function's own cost: process CPU (time.process_time) at the event's arrival and at the first
+    # delta written, and per delta the time from the upstream read that completed it to its write.
+    started_cpu: float = field(default_factory=time.process_time)
+    first_delta_cpu: float | None = None
+    relay: Histogram = field(default_factory=Histogram)
     output_deltas: int = 0
     usage_tokens: int | None = None
     finish_reason: str | None = None
@@ -121,13 +165,19 @@ class StreamRecord:
         """The container's count when it reported usage, else the deltas that carried text, tools or reasoning."""
         return self.usage_tokens if self.usage_tokens is not None else self.output_deltas
 
-    def wrote(self, delta: Delta, data: bytes, now: float | None = None) -> None:
-        """``delta`` was produced and its bytes ``data`` written (``b""``: nothing to write for it)."""
+    def wrote(self, delta: Delta, data: bytes, now: float | None = None, read_at: float | None = None) -> None:
+        """``delta`` was produced and its bytes ``data`` written (``b""``: nothing to write for it).
+
+        ``read_at`` is when the upstream read that completed the delta returned (same clock as ``now``).
+        """
         if data:
             now = time.monotonic() if now is None else now
             if self.first_delta is None:
                 self.first_delta = now
+                self.first_delta_cpu = time.process_time()
             self.cadence.add(now)
+            if read_at is not None:
+                self.relay.add((now - read_at) * 1000)
         if delta.finish_reason:
             self.finish_reason = delta.finish_reason
         if delta.usage is not None:

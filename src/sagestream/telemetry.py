@@ -16,7 +16,10 @@ invocation), ``method``, ``path``, ``status``, ``model``, ``endpoint``, ``dialec
 ``output_tokens``, ``ttft_ms``, ``upstream_ttfb_ms``, ``duration_ms``, ``itl_median_ms``, ``itl_max_ms``,
 ``finish_reason``, ``error_type``, ``error_code``, ``client_disconnected``, ``deadline_stop``,
 ``cold_start`` and, with ``AUTH_MODE=iam``, ``caller`` (the signing IAM principal). Prompts and completions
-appear (``prompt``, ``completion``) only with ``LOG_PAYLOADS=true``.
+appear (``prompt``, ``completion``) only with ``LOG_PAYLOADS=true``. The function's own cost, the part
+Lambda bills and a smaller ``MemorySize`` slows down: ``cpu_ms`` (process CPU from the event's arrival
+to the record), ``ttft_cpu_ms`` (process CPU from the event's arrival to the first delta written), and
+``relay_ms_p50`` / ``relay_ms_p99`` (per delta, from the upstream read that completed it to its write).
 
 The metrics (namespace ``POWERTOOLS_METRICS_NAMESPACE``, default ``sagestream``), one EMF record per
 invocation with dimensions ``service``, ``endpoint``, ``dialect`` and ``model`` (the model the request
@@ -89,6 +92,10 @@ def _ms(start: float, end: float | None) -> float | None:
     return None if end is None else round((end - start) * 1000, 3)
 
 
+def _round(ms: float | None) -> float | None:
+    return None if ms is None else round(ms, 3)
+
+
 @dataclass(frozen=True, slots=True)
 class Labels:
     """Where the metrics go: their namespace, the ``service`` dimension and the dimensions of every record."""
@@ -101,9 +108,12 @@ class Labels:
 # --- the builders: the record in, what to write out --------------------------------------------------------
 
 
-def invocation_fields(record: StreamRecord, config: Config, *, ended: float, cold_start: bool) -> dict[str, Any]:
-    """The fields of the invocation's log record (``"message": "invocation"``)."""
-    cadence = record.cadence
+def invocation_fields(
+    record: StreamRecord, config: Config, *, ended: float, cold_start: bool, cpu_ended: float | None = None
+) -> dict[str, Any]:
+    """The fields of the invocation's log record (``"message": "invocation"``); ``cpu_ended`` is the
+    process CPU time (:func:`time.process_time`) when the invocation ended."""
+    cadence, relay = record.cadence, record.relay
     fields: dict[str, Any] = {
         "method": record.method,
         "path": record.path,
@@ -125,6 +135,11 @@ def invocation_fields(record: StreamRecord, config: Config, *, ended: float, col
         "client_disconnected": record.client_disconnected,
         "deadline_stop": record.deadline_stop,
         "cold_start": cold_start,
+        # The function's own cost: what Lambda bills, and what a smaller MemorySize slows down.
+        "cpu_ms": _ms(record.started_cpu, cpu_ended),
+        "ttft_cpu_ms": _ms(record.started_cpu, record.first_delta_cpu),
+        "relay_ms_p50": _round(relay.quantile(0.5)),
+        "relay_ms_p99": _round(relay.quantile(0.99)),
     }
     if config.auth_mode == "iam" and record.caller:
         fields["caller"] = record.caller
@@ -267,10 +282,10 @@ class Telemetry:
 
     def finish(self, record: StreamRecord, *, request_id: str, function_name: str) -> None:
         """Write the invocation's log record and its metrics. Call once, after the stream was closed."""
-        ended = time.monotonic()
+        ended, cpu_ended = time.monotonic(), time.process_time()
         first, cold_start.is_cold_start = cold_start.is_cold_start, False
         try:
-            fields = invocation_fields(record, self.config, ended=ended, cold_start=first)
+            fields = invocation_fields(record, self.config, ended=ended, cold_start=first, cpu_ended=cpu_ended)
             log = self.logger.warning if record.status >= 500 else self.logger.info
             log("invocation", extra=fields)
         except Exception:

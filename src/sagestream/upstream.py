@@ -1,4 +1,4 @@
-"""The SageMaker side: one boto3 client, each PayloadPart handed on the moment its frame has arrived, and
+"""The SageMaker side: one botocore client, each PayloadPart handed on the moment its frame has arrived, and
 the one table that says what a client sees for every fault on the way to and from the endpoint.
 
 botocore's ``EventStream`` iterates ``raw.stream()``, which reads 64 KiB at a time: on a close-delimited
@@ -14,7 +14,7 @@ No other thread is involved.
 codes, the parsers' own exceptions (:mod:`sagestream.lines`, :mod:`sagestream.dialects`) and the deadline
 each map, by table, to an :class:`~sagestream.errors.APIError` in OpenAI's shape.
 
-Environment variables read: none directly (see :mod:`sagestream.config`); boto3 reads the usual AWS ones,
+Environment variables read: none directly (see :mod:`sagestream.config`); botocore reads the usual AWS ones,
 ``AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME`` included.
 
 Example::
@@ -43,12 +43,13 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
-import boto3
 import botocore.config
 import botocore.eventstream
 import botocore.exceptions
+import botocore.session
 import urllib3.exceptions
 
+from sagestream import __version__
 from sagestream.config import Config
 from sagestream.dialects import DecodeError, UpstreamStreamError
 from sagestream.errors import DEADLINE_EXCEEDED, APIError
@@ -285,8 +286,14 @@ def container_message(text: str) -> str:
 
 
 def make_client(config: Config) -> Any:
-    """The one ``sagemaker-runtime`` client of this execution environment (made at init, reused)."""
-    return boto3.client(
+    """The one ``sagemaker-runtime`` client of this execution environment (made at init, reused).
+
+    It is botocore's own client, made by its session as ``boto3.client`` would make it (same credentials,
+    region, endpoint and ``AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME``), without importing boto3's resource and
+    transfer layers that a cold start would pay for and this function never uses.
+    """
+    session = botocore.session.get_session()
+    return session.create_client(
         "sagemaker-runtime",
         config=botocore.config.Config(
             connect_timeout=config.connect_timeout_s,
@@ -297,6 +304,12 @@ def make_client(config: Config) -> Any:
             # total_max_attempts counts the first call; botocore's max_attempts would count retries only.
             retries={"mode": "standard", "total_max_attempts": config.max_attempts},
             tcp_keepalive=True,
+            # The User-Agent, made once. By default botocore assembles it from some twenty sanitised parts
+            # twice per call, about a third of a warm call's CPU before the first token; the session's
+            # form says the same (SDK, Python, platform, AWS_EXECUTION_ENV), without the per-call feature ids.
+            user_agent=f"{session.user_agent()} sagestream/{__version__}",
+            # The arguments come from _call_args and a validated Config: checking them on each call finds nothing.
+            parameter_validation=False,
         ),
     )
 
@@ -336,10 +349,12 @@ class PayloadParts:
 
     def __init__(self, event_stream: Any, *, deadline: float | None = None, read_timeout_s: float = 60.0) -> None:
         self._event_stream = event_stream
+        self.read_at: float | None = None  # time.monotonic() when the last socket read returned
         # botocore keeps the urllib3 response private; it is the one place to read without its 64 KiB reads.
         self._raw = event_stream._raw_stream
         self._deadline = deadline
         self._read_timeout_s = read_timeout_s
+        self._timeout_set: float | None = None  # what the socket's timeout was last set to, here
         self._closed = False
 
     def __iter__(self) -> Iterator[bytes]:
@@ -347,11 +362,20 @@ class PayloadParts:
         try:
             while True:
                 self._bound_next_read()
-                data = self._raw.read1(_READ_SIZE)
+                try:
+                    data = self._raw.read1(_READ_SIZE)
+                finally:
+                    self.read_at = time.monotonic()
                 if not data:
                     return
                 buffer.add_data(data)
                 for message in buffer:
+                    headers = message.headers
+                    if headers.get(":message-type") == "event" and headers.get(":event-type") == "PayloadPart":
+                        # What botocore's parser would make of it, without building a response per token.
+                        if message.payload:
+                            yield message.payload
+                        continue
                     event = self._event_stream._parse_event(message)  # raises EventStreamError for exceptions
                     part = event.get("PayloadPart") if event else None
                     if part is not None and part.get("Bytes"):
@@ -370,9 +394,13 @@ class PayloadParts:
         left = self._deadline - time.monotonic()
         if left <= 0:
             raise DeadlineReached()
+        timeout = min(self._read_timeout_s, left)
+        if timeout == self._timeout_set:
+            return  # the read timeout, until the deadline is nearer than that: set once, not per read
         sock = self._socket()
         if sock is not None:
-            sock.settimeout(min(self._read_timeout_s, left))
+            sock.settimeout(timeout)
+            self._timeout_set = timeout
 
     def _socket(self) -> Any:
         return getattr(getattr(self._raw, "connection", None), "sock", None)

@@ -122,7 +122,7 @@ def test_the_wheels_are_for_lambda_arm64_not_this_machine(artifact: Path) -> Non
 def test_every_aws_service_the_function_calls_keeps_its_botocore_model(artifact: Path) -> None:
     # The build drops botocore's models of services the function never calls; a new client must be kept.
     source = "\n".join(p.read_text() for p in (ROOT / "src" / "sagestream").glob("*.py"))
-    services = set(re.findall(r"""\.client\(\s*["']([a-z0-9-]+)["']""", source))
+    services = set(re.findall(r"""\.(?:create_)?client\(\s*["']([a-z0-9-]+)["']""", source))
     if "SSMProvider" in source:
         services.add("ssm")
     if "SecretsProvider" in source:

@@ -170,6 +170,16 @@ def test_one_json_log_record_per_invocation_with_ids_timings_and_outcome(capture
     assert log["client_disconnected"] is False and log["deadline_stop"] is False
 
 
+def test_the_log_record_carries_the_functions_own_cpu_and_relay_times(captured: Captured) -> None:
+    resp, lines = captured.call()
+    assert resp.status == 200
+    log = logs(lines)[0].data
+    # CPU of this process alone: the first token's share is part of the whole, and far below its wall time.
+    assert 0 < log["ttft_cpu_ms"] < log["cpu_ms"] and log["ttft_cpu_ms"] < log["ttft_ms"]
+    # Each delta's time inside the function, from the read that completed it to its write.
+    assert 0 < log["relay_ms_p50"] <= log["relay_ms_p99"] < log["duration_ms"]
+
+
 def test_prompts_and_completions_are_not_logged_by_default(captured: Captured) -> None:
     resp, lines = captured.call()
     text = "".join(e["choices"][0]["delta"]["content"] for e in content_events(resp))

@@ -4,6 +4,7 @@ with an exact max, a median within 1 %, and memory that does not follow the stre
 from __future__ import annotations
 
 import itertools
+import math
 import statistics
 
 from hypothesis import given, settings
@@ -11,7 +12,7 @@ from hypothesis import strategies as st
 
 from sagestream.dialects import Delta, Usage
 from sagestream.errors import APIError
-from sagestream.record import Cadence, StreamRecord
+from sagestream.record import Cadence, Histogram, StreamRecord
 
 
 @settings(max_examples=200, deadline=None)
@@ -34,7 +35,7 @@ def test_a_million_deltas_keep_a_small_summary() -> None:
     for i in range(1_000_000):
         cadence.add(i * 0.008 + (i % 7) * 1e-4)
     assert cadence.count == 999_999
-    assert len(cadence._buckets) < 200
+    assert len(cadence.gaps._buckets) < 200
     assert cadence.median_ms is not None and 7.0 < cadence.median_ms < 9.5
 
 
@@ -99,3 +100,30 @@ def test_fail_takes_status_type_and_code_and_marks_a_deadline_stop() -> None:
     )
     record.fail(APIError.upstream(504, "cut", code="deadline_exceeded"))
     assert record.deadline_stop is True and record.status == 504
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.floats(min_value=0.0005, max_value=60_000), min_size=1, max_size=400),
+    st.sampled_from([0.01, 0.5, 0.9, 0.99, 1.0]),
+)
+def test_histogram_quantiles_within_one_percent(values_ms: list[float], q: float) -> None:
+    histogram = Histogram()
+    for value in values_ms:
+        histogram.add(value)
+    ordered = sorted(values_ms)
+    expected = ordered[max(1, math.ceil(q * len(ordered))) - 1]  # nearest rank
+    got = histogram.quantile(q)
+    assert got is not None and abs(got - expected) <= 0.0101 * expected + 0.001
+    assert histogram.max_ms == ordered[-1] and histogram.min_ms == ordered[0]
+
+
+def test_relay_time_is_the_read_to_the_write_of_each_written_delta() -> None:
+    record = StreamRecord(started=0.0)
+    record.wrote(Delta(usage=Usage(3, 1, 4)), b"", now=0.2, read_at=0.1)  # nothing written: not timed
+    record.wrote(Delta("a"), b"data: a", now=1.0002, read_at=1.0)
+    record.wrote(Delta("b"), b"data: b", now=2.0003, read_at=2.0)
+    record.wrote(Delta("c"), b"data: c", now=3.0)  # no read to time it from (a closing chunk)
+    assert record.relay.count == 2
+    assert record.relay.max_ms is not None and abs(record.relay.max_ms - 0.3) < 1e-6
+    assert record.first_delta_cpu is not None and record.first_delta_cpu >= record.started_cpu

@@ -126,3 +126,21 @@ def test_the_served_model_is_a_dimension_and_in_the_log_record() -> None:
     assert (main["model"], main["endpoint"], main["dialect"]) == ("qwen", "llm-b", "openai")
     fields = invocation_fields(record, CONFIG, ended=1.0, cold_start=False)
     assert (fields["model"], fields["endpoint"], fields["dialect"]) == ("qwen", "llm-b", "openai")
+
+
+def test_the_functions_own_cost_from_the_records_cpu_stamps_and_relay_times() -> None:
+    record = StreamRecord(method="POST", path="/v1/chat/completions", kind="chat", streamed=True, started=10.0)
+    record.started_cpu = 2.0
+    for n in range(100):  # 99 deltas relayed in 0.1 ms, one in 2 ms
+        record.wrote(Delta("t"), b"x", now=10.1 + n * 0.01, read_at=10.1 + n * 0.01 - (0.002 if n == 50 else 0.0001))
+    record.first_delta_cpu = 2.0015
+    fields = invocation_fields(record, CONFIG, ended=11.2, cold_start=False, cpu_ended=2.0042)
+    assert (fields["cpu_ms"], fields["ttft_cpu_ms"]) == (4.2, 1.5)
+    assert abs(fields["relay_ms_p50"] - 0.1) <= 0.002 and abs(fields["relay_ms_p99"] - 0.1) <= 0.002
+    assert record.relay.max_ms is not None and abs(record.relay.max_ms - 2.0) < 1e-6
+
+
+def test_no_delta_written_no_relay_or_ttft_cpu() -> None:
+    fields = invocation_fields(StreamRecord(method="GET", path="/health"), CONFIG, ended=1.0, cold_start=False)
+    assert fields["ttft_cpu_ms"] is None and fields["relay_ms_p50"] is None and fields["relay_ms_p99"] is None
+    assert fields["cpu_ms"] is None  # no end stamp given

@@ -1,0 +1,94 @@
+"""The one upstream client: what each call sends is made once, at init, and init loads only what it needs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import botocore.awsrequest
+import pytest
+
+from sagestream import __version__, upstream
+from sagestream.config import Config
+from tests.fakes import response
+
+ROOT = Path(__file__).resolve().parents[2]
+ENV = {
+    "AWS_ACCESS_KEY_ID": "AKIACLIENTTEST000000",
+    "AWS_SECRET_ACCESS_KEY": "not-a-secret",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_CONFIG_FILE": os.devnull,
+    "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+    "AWS_EC2_METADATA_DISABLED": "true",
+    # Loopback and a port nobody listens on: the before-send hook answers, nothing leaves the host.
+    "AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME": "http://127.0.0.1:9",
+}
+
+
+@pytest.fixture
+def sent(monkeypatch: pytest.MonkeyPatch) -> tuple[Any, list[botocore.awsrequest.AWSPreparedRequest]]:
+    for name, value in ENV.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("AWS_EXECUTION_ENV", "AWS_Lambda_python3.13")
+    client = upstream.make_client(Config(endpoint_name="llm"))
+    requests: list[botocore.awsrequest.AWSPreparedRequest] = []
+
+    def answer(request: botocore.awsrequest.AWSPreparedRequest, **_: Any) -> botocore.awsrequest.AWSResponse:
+        requests.append(request)
+        return response(200, b'{"generated_text": "hi"}')
+
+    client.meta.events.register("before-send.sagemaker-runtime.*", answer)
+    return client, requests
+
+
+def test_every_call_sends_the_same_user_agent_made_at_init(sent: tuple[Any, list[Any]]) -> None:
+    client, requests = sent
+    for _ in range(2):
+        assert upstream.invoke(client, Config(endpoint_name="llm"), b"{}") == b'{"generated_text": "hi"}'
+    agents = {request.headers["User-Agent"].decode() for request in requests}
+    (agent,) = agents
+    # botocore's session form: SDK and version, Python, platform, Lambda's execution environment; and ours
+    # (Powertools, once imported, appends its own part to every call's).
+    assert agent.startswith("Botocore/") and " Python/" in agent
+    assert f" exec-env/AWS_Lambda_python3.13 sagestream/{__version__}" in agent
+    assert all(request.headers["Authorization"].startswith(b"AWS4-HMAC-SHA256 ") for request in requests)
+
+
+# What init leaves unloaded: boto3 (botocore's client is made directly), the request models and pydantic
+# (loaded by the first completion request), Powertools' event classes, and what only some settings use.
+NOT_AT_INIT = (
+    "boto3",
+    "s3transfer",
+    "pydantic",
+    "sagestream.schema",
+    "aws_lambda_powertools.utilities.data_classes",
+    "aws_lambda_powertools.utilities.parameters",
+    "aws_xray_sdk",
+)
+
+
+def _loaded_after(code: str, **env: str) -> list[str]:
+    probe = f"import sys; {code}; print('loaded:', *(m for m in {NOT_AT_INIT!r} if m in sys.modules))"
+    environ = {**os.environ, **ENV, "SAGEMAKER_ENDPOINT_NAME": "llm", **env}
+    environ["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), str(ROOT)])
+    out = subprocess.run(
+        [sys.executable, "-c", probe], env=environ, capture_output=True, text=True, check=True, timeout=60
+    ).stdout
+    (line,) = [line for line in out.splitlines() if line.startswith("loaded:")]
+    return line.split()[1:]
+
+
+def test_init_imports_only_what_the_first_request_needs() -> None:
+    assert _loaded_after("import sagestream.runtime, sagestream.app") == []
+
+
+def test_the_first_completion_request_loads_the_request_models() -> None:
+    code = (
+        "import sagestream.app as app; "
+        'req = app._parse_chat(b\'{"messages": [{"role": "user", "content": "Hi"}]}\', '
+        "max_tokens_limit=None); assert req.plain_messages() == [('user', 'Hi')]"
+    )
+    assert _loaded_after(code) == ["pydantic", "sagestream.schema"]
