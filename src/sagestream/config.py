@@ -3,7 +3,7 @@
 Environment variables read (the README's table lists each with its default):
 
 ``SAGEMAKER_ENDPOINT_NAME`` (required without ``MODELS``), ``MODELS`` or ``MODELS_PARAMETER`` (several models,
-see :class:`ModelEntry`), ``UPSTREAM_FORMAT`` (``openai`` | ``tgi`` | ``lmi``), ``MODEL_ID``,
+see :func:`parse_models`), ``UPSTREAM_FORMAT`` (``openai`` | ``tgi`` | ``lmi``), ``MODEL_ID``,
 ``INFERENCE_COMPONENT_NAME``, ``TARGET_VARIANT``, ``MAX_TOKENS_LIMIT``, ``MAX_REQUEST_BYTES``, ``MAX_PROMPT_CHARS``,
 ``EXTRA_REQUEST_FIELDS`` (comma-separated vendor fields passed to the container, e.g. ``top_k,min_p``),
 ``PROMPT_TEMPLATE``, ``SSE_PAD_BYTES``, ``DEADLINE_MARGIN_MS``, ``UPSTREAM_CONNECT_TIMEOUT_S``,
@@ -42,13 +42,12 @@ global settings (``UPSTREAM_FORMAT``, ``PROMPT_TEMPLATE``, ``MAX_TOKENS_LIMIT``,
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Literal
-
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from typing import Any, Literal
 
 from sagestream import prompts
 from sagestream.dialects import Dialect, dialect_named
@@ -71,25 +70,42 @@ class ConfigError(ValueError):
     """A setting that is missing or not valid; the function refuses to start with it."""
 
 
-class ModelEntry(BaseModel):
-    """One model of ``MODELS``: where its requests go. Only ``endpoint`` is required.
-
-    ``upstream_format``, ``prompt_template``, ``max_tokens_limit`` and ``target_variant`` default to the
-    global settings. ``inference_component`` does not: a component's name belongs to one endpoint, so a
-    global one would be wrong for every other endpoint.
-    """
-
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-    endpoint: str = Field(min_length=1)
-    inference_component: str | None = Field(default=None, min_length=1)
-    upstream_format: Literal["openai", "tgi", "lmi"] | None = None
-    prompt_template: str | None = Field(default=None, min_length=1)
-    max_tokens_limit: int | None = Field(default=None, ge=1)
-    target_variant: str | None = Field(default=None, min_length=1)
+# The keys of one model in MODELS (the fields of the pydantic model below).
+MODEL_KEYS = (
+    "endpoint",
+    "inference_component",
+    "upstream_format",
+    "prompt_template",
+    "max_tokens_limit",
+    "target_variant",
+)
 
 
-_MODELS = TypeAdapter(dict[str, ModelEntry])
+@functools.cache
+def _models_schema() -> Any:
+    """``MODELS``' schema, a pydantic ``TypeAdapter``; pydantic loads only when ``MODELS`` is set, so that
+    init without it stays as light as before (tests/unit/test_upstream_client.py checks what init loads)."""
+    from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+    class ModelEntry(BaseModel):
+        """One model of ``MODELS``: where its requests go. Only ``endpoint`` is required.
+
+        ``upstream_format``, ``prompt_template``, ``max_tokens_limit`` and ``target_variant`` default to
+        the global settings. ``inference_component`` does not: a component's name belongs to one endpoint,
+        so a global one would be wrong for every other endpoint.
+        """
+
+        model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+        endpoint: str = Field(min_length=1)
+        inference_component: str | None = Field(default=None, min_length=1)
+        upstream_format: Literal["openai", "tgi", "lmi"] | None = None
+        prompt_template: str | None = Field(default=None, min_length=1)
+        max_tokens_limit: int | None = Field(default=None, ge=1)
+        target_variant: str | None = Field(default=None, min_length=1)
+
+    assert tuple(ModelEntry.model_fields) == MODEL_KEYS
+    return TypeAdapter(dict[str, ModelEntry])
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,8 +140,10 @@ def parse_models(text: str, *, defaults: ModelTarget) -> tuple[ModelTarget, ...]
         raise ConfigError(f"MODELS is not JSON: {e}") from None
     if not isinstance(raw, dict) or not raw:
         raise ConfigError('MODELS must be a non-empty JSON object: {"<model id>": {"endpoint": "..."}, ...}')
+    from pydantic import ValidationError
+
     try:
-        entries = _MODELS.validate_python(raw)
+        entries = _models_schema().validate_python(raw)
     except ValidationError as e:
         # A misspelt key also leaves its real one missing: name the misspelling, it is the cause.
         first = sorted(e.errors(), key=lambda err: err["type"] != "extra_forbidden")[0]
@@ -135,7 +153,7 @@ def parse_models(text: str, *, defaults: ModelTarget) -> tuple[ModelTarget, ...]
             raise ConfigError(f'MODELS: model {model!r}: must be an object with at least "endpoint"') from None
         key = where[1]
         if first["type"] == "extra_forbidden":
-            known = ", ".join(ModelEntry.model_fields)
+            known = ", ".join(MODEL_KEYS)
             raise ConfigError(f"MODELS: model {model!r}: key {key!r} is not a setting (known: {known})") from None
         raise ConfigError(f"MODELS: model {model!r}: key {key!r}: {first['msg']}") from None
     targets = []
