@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from functools import partial
 from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sagestream import dialects, upstream
 from sagestream.auth import Authenticator, requires_key
@@ -46,11 +46,12 @@ from sagestream.function_url import event_body, media_type
 from sagestream.record import StreamRecord
 from sagestream.relay import relay
 from sagestream.runtime import ClientDisconnected, LambdaContext, ResponseStream, WriteTimedOut
+
+# The request models load at init: the first request after a cold start is a completion and needs them;
+# deferring them moved ~100 ms onto that request's first token (and off provisioned concurrency's init).
+from sagestream.schema import ChatCompletionRequest, CompletionRequest, parse_chat, parse_completion
 from sagestream.sse import ChunkEncoder, Kind, completion_json, error_event
 from sagestream.telemetry import Telemetry, prompt_of
-
-if TYPE_CHECKING:
-    from sagestream.schema import ChatCompletionRequest, CompletionRequest
 
 __all__ = ["App", "Call", "Request", "Route", "Writer", "handler"]
 
@@ -145,7 +146,7 @@ class Call:
 
 
 RouteHandler = Callable[["App", Call], None]
-RequestParser = Callable[..., "ChatCompletionRequest | CompletionRequest"]
+RequestParser = Callable[..., ChatCompletionRequest | CompletionRequest]
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,13 +174,11 @@ class App:
         self.telemetry = telemetry or Telemetry(config)
         self.auth = auth or Authenticator(config)
         routes = [
-            Route(
-                "/v1/chat/completions", ("POST",), partial(App._complete, parse=_parse_chat, kind="chat"), keyed=True
-            ),
+            Route("/v1/chat/completions", ("POST",), partial(App._complete, parse=parse_chat, kind="chat"), keyed=True),
             Route(
                 "/v1/completions",
                 ("POST",),
-                partial(App._complete, parse=_parse_completion, kind="completion"),
+                partial(App._complete, parse=parse_completion, kind="completion"),
                 keyed=True,
             ),
             Route("/v1/models", ("GET",), App._models, keyed=True),
@@ -376,20 +375,6 @@ def _timed(parts: Iterable[bytes], record: StreamRecord) -> Iterator[bytes]:
         if record.upstream_first_byte is None:
             record.upstream_first_byte = time.monotonic()
         yield part
-
-
-# The request models (pydantic, and the schema of every OpenAI field) load with the first completion
-# request, not at init: the cold start before the first /next does not pay for them.
-def _parse_chat(body: bytes, **limits: Any) -> ChatCompletionRequest:
-    from sagestream.schema import parse_chat
-
-    return parse_chat(body, **limits)
-
-
-def _parse_completion(body: bytes, **limits: Any) -> CompletionRequest:
-    from sagestream.schema import parse_completion
-
-    return parse_completion(body, **limits)
 
 
 def _build() -> App:
