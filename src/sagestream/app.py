@@ -207,10 +207,7 @@ class App:
             try:
                 self.dispatch(call)
             except APIError as err:
-                record.fail(err)
-                if writer.started:  # pragma: no cover - every streaming path writes its own error event
-                    raise
-                writer.error(err)
+                self._answer_error(call, err)
             except WriteTimedOut:
                 # The caller stopped reading and a write could not end before the deadline: the invocation
                 # stops here as a deadline stop, and its log record and metrics are still written below.
@@ -221,7 +218,7 @@ class App:
             except Exception:
                 # Still one error shape, and the stream ends before the metrics are written.
                 logger.exception("the request failed")
-                self._fail(call)
+                self._answer_error(call, APIError.internal())
             finally:
                 if stream.started:
                     stream.close()  # the client has the whole answer before anything below runs
@@ -249,8 +246,11 @@ class App:
         call.writer.head = request.method == "HEAD"
         route.handler(self, call)
 
-    def _fail(self, call: Call) -> None:
-        err = APIError.internal()
+    def _answer_error(self, call: Call, err: APIError) -> None:
+        """``err`` as the answer: its own status before the first byte, one SSE error event after it.
+
+        A client that leaves while it is written is noted, never raised: the record is still written.
+        """
         call.record.fail(err)
         try:
             if call.writer.started:
@@ -337,9 +337,14 @@ class App:
             else:
                 self._whole(call, req, payload, kind)
 
+    def _deadline(self, call: Call) -> float:
+        """When the answer must have ended (a :func:`time.monotonic` value): the margin before Lambda's own."""
+        return time.monotonic() + (call.context.get_remaining_time_in_millis() - self.config.deadline_margin_ms) / 1000
+
     def _whole(self, call: Call, req: ChatCompletionRequest | CompletionRequest, payload: bytes, kind: Kind) -> None:
         try:
-            answer = dialects.decode_body(self.config.dialect, upstream.invoke(self.client, self.config, payload), req)
+            body = upstream.invoke(self.client, self.config, payload, deadline=self._deadline(call))
+            answer = dialects.decode_body(self.config.dialect, body, req)
         except (dialects.DecodeError, dialects.UpstreamStreamError) as exc:
             raise upstream.error_from(exc) from exc
         if not answer.finish_reason:
@@ -351,8 +356,7 @@ class App:
     def _stream(self, call: Call, req: ChatCompletionRequest | CompletionRequest, payload: bytes, kind: Kind) -> None:
         """Open the upstream stream and write each delta the moment it is decoded."""
         cfg, record, writer = self.config, call.record, call.writer
-        remaining_s = (call.context.get_remaining_time_in_millis() - cfg.deadline_margin_ms) / 1000
-        parts = upstream.open_stream(self.client, cfg, payload, deadline=time.monotonic() + remaining_s)
+        parts = upstream.open_stream(self.client, cfg, payload, deadline=self._deadline(call))
         encoder = ChunkEncoder(
             model=cfg.model_id, kind=kind, include_usage=req.include_usage, pad_bytes=cfg.sse_pad_bytes
         )

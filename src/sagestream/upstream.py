@@ -304,8 +304,13 @@ def _call_args(config: Config, body: bytes) -> dict[str, Any]:
     return args
 
 
-def invoke(client: Any, config: Config, body: bytes) -> bytes:
-    """A non-streaming ``InvokeEndpoint``: the whole answer's body."""
+def invoke(client: Any, config: Config, body: bytes, *, deadline: float | None = None) -> bytes:
+    """A non-streaming ``InvokeEndpoint``: the whole answer's body.
+
+    ``deadline`` (a :func:`time.monotonic` value): already past, the endpoint is not called and the
+    deadline's 504 is raised, as for a stream.
+    """
+    _check_deadline(deadline)
     try:
         response = client.invoke_endpoint(**_call_args(config, body))
         return bytes(response["Body"].read())
@@ -424,14 +429,19 @@ class PayloadParts:
         self.close()
 
 
+def _check_deadline(deadline: float | None) -> None:
+    """Before a call: with too little time left, the client gets the deadline's 504, not a 500."""
+    if deadline is not None and deadline <= time.monotonic():
+        raise error_from(DeadlineReached("The function has too little time left to call the model."))
+
+
 def open_stream(client: Any, config: Config, body: bytes, *, deadline: float | None = None) -> PayloadParts:
     """Start ``InvokeEndpointWithResponseStream``; errors before the stream are raised as :class:`APIError`.
 
     ``deadline`` (a :func:`time.monotonic` value) is when the answer must have ended; already past, the
-    endpoint is not called and :class:`DeadlineReached` is raised.
+    endpoint is not called and the deadline's 504 is raised.
     """
-    if deadline is not None and deadline <= time.monotonic():
-        raise DeadlineReached("The function has too little time left to call the model.")
+    _check_deadline(deadline)
     try:
         response = client.invoke_endpoint_with_response_stream(**_call_args(config, body))
     except Exception as exc:
