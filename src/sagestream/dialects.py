@@ -555,7 +555,7 @@ _REFUSED: dict[Dialect, dict[str, str]] = {
         "verbosity": _NOT_CARRIED,
         "web_search_options": _NOT_CARRIED,
         "reasoning_effort": _NOT_CARRIED,
-        "best_of": _NOT_CARRIED + " when streaming",
+        "best_of": _NOT_CARRIED,
         "echo": _NOT_CARRIED,
         "suffix": _NOT_CARRIED,
     },
@@ -641,8 +641,9 @@ def upstream_body(
     parameters: dict[str, Any] = {"details": True}  # details carry finish_reason and the token count
     if max_tokens is not None:
         parameters["max_new_tokens"] = max_tokens
-    if request.temperature == 0:
-        # OpenAI's temperature 0 is greedy decoding; TGI refuses 0 and wants do_sample off instead.
+    if request.temperature == 0 or request.top_p == 0:
+        # OpenAI's temperature 0 is greedy decoding, and so is top_p 0 (a nucleus of the top token alone);
+        # TGI refuses 0 for either and wants do_sample off instead.
         parameters["do_sample"] = False
     else:
         if request.temperature is not None:

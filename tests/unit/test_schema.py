@@ -243,7 +243,9 @@ def test_any_bytes_parse_or_are_a_4xx(raw: bytes) -> None:
 
 
 def test_absurdly_nested_json_is_a_4xx() -> None:
-    _accepted_or_4xx(b'{"messages": ' + b"[" * 100_000 + b"]" * 100_000 + b"}")
+    with pytest.raises(APIError) as raised:
+        parse_chat(b'{"messages": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", max_tokens_limit=5)
+    assert 400 <= raised.value.status < 500 and raised.value.type == "invalid_request_error"
 
 
 # --- the whole request, as the openai SDK builds it -------------------------------------------------------
