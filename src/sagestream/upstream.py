@@ -51,8 +51,8 @@ import urllib3.exceptions
 
 from sagestream import __version__
 from sagestream.config import Config
-from sagestream.dialects import DecodeError, UpstreamStreamError
-from sagestream.errors import DEADLINE_EXCEEDED, APIError
+from sagestream.dialects import DecodeError, UpstreamStreamError, error_message
+from sagestream.errors import DEADLINE_EXCEEDED, MAX_MESSAGE_CHARS, APIError
 from sagestream.lines import LineTooLong, UndecodableLine
 
 __all__ = ["DeadlineReached", "PayloadParts", "error_from", "invoke", "make_client", "open_stream"]
@@ -64,7 +64,6 @@ _READ_SIZE = 64 * 1024
 _END_READ_BYTES = 1024
 _END_WAIT_S = 0.005
 _GENERIC_500 = "The server could not call the model endpoint. The operator can find the reason in the function's log."
-_MAX_MESSAGE = 1000
 
 
 class DeadlineReached(Exception):
@@ -99,7 +98,7 @@ class _Fault:
         if self.private:
             logger.error("upstream call failed (%s): %s", self.code, detail)
             return APIError.internal(_GENERIC_500)
-        message = self.message.format(detail=detail[:_MAX_MESSAGE])
+        message = self.message.format(detail=detail[:MAX_MESSAGE_CHARS])
         return APIError.upstream(self.status, message, code=self.code, headers=self.headers)
 
 
@@ -193,9 +192,7 @@ def _service_error(exc: botocore.exceptions.ClientError) -> APIError:
         return special(exc.response, message)
     for codes, statuses, fault in _SERVICE_FAULTS:
         if code in codes or status in statuses:
-            if fault.private:
-                logger.error("upstream access denied: %s", code)
-            return fault.error(message)
+            return fault.error(message)  # a private fault logs what it hides from the client
     logger.error("unexpected upstream error %s (%s): %s", code, status, message)
     return APIError.upstream(502, "The model endpoint answered with an error.", code="upstream_error")
 
@@ -207,7 +204,7 @@ def _model_error(response: Mapping[str, Any], message: str) -> APIError:
         original_status = int(response.get("OriginalStatusCode") or 0)
     except (TypeError, ValueError):
         original_status = 0
-    said = _PRIVATE.sub("…", container_message(original))[:_MAX_MESSAGE]
+    said = _PRIVATE.sub("…", container_message(original))[:MAX_MESSAGE_CHARS]
     if 400 <= original_status < 500:
         code = "context_length_exceeded" if _CONTEXT_LENGTH.search(said) else "model_error"
         return APIError.upstream(original_status, said, code=code)
@@ -248,14 +245,10 @@ def container_message(text: str) -> str:
         return text
     if not isinstance(body, dict):
         return text
-    inner = body.get("error")
-    if isinstance(inner, dict) and isinstance(inner.get("message"), str):
-        return str(inner["message"])
-    if isinstance(inner, str):
-        return inner
-    if isinstance(body.get("message"), str):
-        return str(body["message"])
-    return text
+    message = error_message(body)
+    if message is None and isinstance(body.get("message"), str):
+        message = body["message"]  # SageMaker's own wrapping of a plain message
+    return text if message is None else message
 
 
 # --- the calls ---------------------------------------------------------------------------------------------
