@@ -74,8 +74,9 @@ def test_stop_as_a_string_is_a_one_element_list() -> None:
 
 
 def test_include_usage_needs_streaming() -> None:
-    request = parse_chat(body(stream_options={"include_usage": True}), max_tokens_limit=None)
-    assert request.include_usage is False
+    # As OpenAI: stream_options without a stream is a 400, not a wish quietly ignored.
+    assert rejection(body(stream_options={"include_usage": True})).param == "stream_options"
+    assert parse_chat(body(stream=True, stream_options={"include_usage": True}), max_tokens_limit=None).include_usage
 
 
 def test_invalid_json_is_invalid_json() -> None:
