@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from functools import partial
 from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sagestream import dialects, upstream
 from sagestream.auth import Authenticator, requires_key
@@ -51,11 +51,12 @@ from sagestream.function_url import event_body, media_type
 from sagestream.record import StreamRecord
 from sagestream.relay import relay
 from sagestream.runtime import ClientDisconnected, LambdaContext, ResponseStream, WriteTimedOut
+
+# The request models load at init: the first request after a cold start is a completion and needs them;
+# deferring them moved ~100 ms onto that request's first token (and off provisioned concurrency's init).
+from sagestream.schema import ChatCompletionRequest, CompletionRequest, parse_chat, parse_completion
 from sagestream.sse import ChunkEncoder, Kind, completion_json, error_event
 from sagestream.telemetry import Telemetry, prompt_of
-
-if TYPE_CHECKING:
-    from sagestream.schema import ChatCompletionRequest, CompletionRequest
 
 __all__ = ["App", "Call", "Request", "Route", "Writer", "handler"]
 
@@ -150,7 +151,7 @@ class Call:
 
 
 RouteHandler = Callable[["App", Call], None]
-RequestParser = Callable[..., "ChatCompletionRequest | CompletionRequest"]
+RequestParser = Callable[..., ChatCompletionRequest | CompletionRequest]
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,13 +179,11 @@ class App:
         self.telemetry = telemetry or Telemetry(config)
         self.auth = auth or Authenticator(config)
         routes = [
-            Route(
-                "/v1/chat/completions", ("POST",), partial(App._complete, parse=_parse_chat, kind="chat"), keyed=True
-            ),
+            Route("/v1/chat/completions", ("POST",), partial(App._complete, parse=parse_chat, kind="chat"), keyed=True),
             Route(
                 "/v1/completions",
                 ("POST",),
-                partial(App._complete, parse=_parse_completion, kind="completion"),
+                partial(App._complete, parse=parse_completion, kind="completion"),
                 keyed=True,
             ),
             Route("/v1/models", ("GET",), App._models, keyed=True),
@@ -213,10 +212,7 @@ class App:
             try:
                 self.dispatch(call)
             except APIError as err:
-                record.fail(err)
-                if writer.started:  # pragma: no cover - every streaming path writes its own error event
-                    raise
-                writer.error(err)
+                self._answer_error(call, err)
             except WriteTimedOut:
                 # The caller stopped reading and a write could not end before the deadline: the invocation
                 # stops here as a deadline stop, and its log record and metrics are still written below.
@@ -227,7 +223,7 @@ class App:
             except Exception:
                 # Still one error shape, and the stream ends before the metrics are written.
                 logger.exception("the request failed")
-                self._fail(call)
+                self._answer_error(call, APIError.internal())
             finally:
                 if stream.started:
                     stream.close()  # the client has the whole answer before anything below runs
@@ -255,8 +251,11 @@ class App:
         call.writer.head = request.method == "HEAD"
         route.handler(self, call)
 
-    def _fail(self, call: Call) -> None:
-        err = APIError.internal()
+    def _answer_error(self, call: Call, err: APIError) -> None:
+        """``err`` as the answer: its own status before the first byte, one SSE error event after it.
+
+        A client that leaves while it is written is noted, never raised: the record is still written.
+        """
         call.record.fail(err)
         try:
             if call.writer.started:
@@ -364,11 +363,16 @@ class App:
             else:
                 self._whole(call, cfg, req, payload, kind)
 
+    def _deadline(self, call: Call) -> float:
+        """When the answer must have ended (a :func:`time.monotonic` value): the margin before Lambda's own."""
+        return time.monotonic() + (call.context.get_remaining_time_in_millis() - self.config.deadline_margin_ms) / 1000
+
     def _whole(
         self, call: Call, cfg: Config, req: ChatCompletionRequest | CompletionRequest, payload: bytes, kind: Kind
     ) -> None:
         try:
-            answer = dialects.decode_body(cfg.dialect, upstream.invoke(self.client, cfg, payload), req)
+            body = upstream.invoke(self.client, cfg, payload, deadline=self._deadline(call))
+            answer = dialects.decode_body(cfg.dialect, body, req)
         except (dialects.DecodeError, dialects.UpstreamStreamError) as exc:
             raise upstream.error_from(exc) from exc
         if not answer.finish_reason:
@@ -382,8 +386,7 @@ class App:
     ) -> None:
         """Open the upstream stream and write each delta the moment it is decoded."""
         record, writer = call.record, call.writer
-        remaining_s = (call.context.get_remaining_time_in_millis() - cfg.deadline_margin_ms) / 1000
-        parts = upstream.open_stream(self.client, cfg, payload, deadline=time.monotonic() + remaining_s)
+        parts = upstream.open_stream(self.client, cfg, payload, deadline=self._deadline(call))
         encoder = ChunkEncoder(
             model=cfg.model_id, kind=kind, include_usage=req.include_usage, pad_bytes=cfg.sse_pad_bytes
         )
@@ -427,20 +430,6 @@ def _timed(parts: Iterable[bytes], record: StreamRecord) -> Iterator[bytes]:
         if record.upstream_first_byte is None:
             record.upstream_first_byte = time.monotonic()
         yield part
-
-
-# The request models (pydantic, and the schema of every OpenAI field) load with the first completion
-# request, not at init: the cold start before the first /next does not pay for them.
-def _parse_chat(body: bytes, **limits: Any) -> ChatCompletionRequest:
-    from sagestream.schema import parse_chat
-
-    return parse_chat(body, **limits)
-
-
-def _parse_completion(body: bytes, **limits: Any) -> CompletionRequest:
-    from sagestream.schema import parse_completion
-
-    return parse_completion(body, **limits)
 
 
 def _build() -> App:

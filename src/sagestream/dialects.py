@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, NoReturn, Protocol, cast, get_args
 
 from sagestream import prompts
-from sagestream.errors import APIError
+from sagestream.errors import MAX_MESSAGE_CHARS, APIError
 
 if TYPE_CHECKING:
     # At run time the request models (and pydantic) are imported where a request is at hand, so that the
@@ -166,7 +166,6 @@ class UpstreamStreamError(Exception):
 
     def __init__(self, message: str) -> None:
         super().__init__(f"The model endpoint reported an error: {message}")
-        self.upstream_message = message
 
 
 class StreamDecoder(Protocol):
@@ -178,7 +177,6 @@ class StreamDecoder(Protocol):
 
 # --- reading JSON without trusting it -------------------------------------------------------------------
 
-_MAX_ERROR_MESSAGE = 1000
 # TGI's and LMI's reasons, in OpenAI's words; a reason neither documents still ended the answer.
 _FINISH_REASONS = {"length": "length", "eos_token": "stop", "stop_sequence": "stop"}
 
@@ -211,24 +209,41 @@ def _int(obj: Mapping[str, Any], key: str, what: str) -> int | None:
     return value
 
 
-def _raise_if_error(obj: Mapping[str, Any]) -> None:
-    """The container's own error object, in any of the shapes they send it."""
+def error_message(obj: Mapping[str, Any]) -> str | None:
+    """The message of a container's own error object, in any of the shapes they send it; None if it is none.
+
+    vLLM sends ``{"error": {"message": ...}}`` (or, older, ``{"object": "error", "message": ...}``); TGI
+    sends ``{"error": "...", "error_type": "..."}``.
+
+    >>> error_message({"object": "error", "message": "too long", "type": "BadRequestError"})
+    'too long'
+    >>> error_message({"error": "Input validation error", "error_type": "validation"})
+    'Input validation error'
+    >>> error_message({"choices": []}) is None
+    True
+    """
     if obj.get("error") is not None:
         error = obj["error"]
     elif obj.get("object") == "error":  # vLLM's older shape: the error's fields at top level
         error = obj
     else:
-        return
+        return None
     if isinstance(error, dict) and isinstance(error.get("message"), str):
         message: str = error["message"]
     elif isinstance(error, str):
         message = error
     else:
         try:
-            message = json.dumps(error)[:_MAX_ERROR_MESSAGE]
+            message = json.dumps(error)[:MAX_MESSAGE_CHARS]
         except RecursionError:
             message = "an error object too deeply nested to show"
-    raise UpstreamStreamError(message[:_MAX_ERROR_MESSAGE])
+    return message[:MAX_MESSAGE_CHARS]
+
+
+def _raise_if_error(obj: Mapping[str, Any]) -> None:
+    message = error_message(obj)
+    if message is not None:
+        raise UpstreamStreamError(message)
 
 
 def _usage(value: Any, what: str) -> Usage | None:
@@ -555,7 +570,7 @@ _REFUSED: dict[Dialect, dict[str, str]] = {
         "verbosity": _NOT_CARRIED,
         "web_search_options": _NOT_CARRIED,
         "reasoning_effort": _NOT_CARRIED,
-        "best_of": _NOT_CARRIED + " when streaming",
+        "best_of": _NOT_CARRIED,
         "echo": _NOT_CARRIED,
         "suffix": _NOT_CARRIED,
     },
@@ -641,8 +656,9 @@ def upstream_body(
     parameters: dict[str, Any] = {"details": True}  # details carry finish_reason and the token count
     if max_tokens is not None:
         parameters["max_new_tokens"] = max_tokens
-    if request.temperature == 0:
-        # OpenAI's temperature 0 is greedy decoding; TGI refuses 0 and wants do_sample off instead.
+    if request.temperature == 0 or request.top_p == 0:
+        # OpenAI's temperature 0 is greedy decoding, and so is top_p 0 (a nucleus of the top token alone);
+        # TGI refuses 0 for either and wants do_sample off instead.
         parameters["do_sample"] = False
     else:
         if request.temperature is not None:

@@ -18,6 +18,8 @@ from typing import Any
 
 # The code of the function's own time limit: counted as a deadline stop, not as the endpoint failing.
 DEADLINE_EXCEEDED = "deadline_exceeded"
+# The most of a container's own error message a client is shown (and the log keeps).
+MAX_MESSAGE_CHARS = 1000
 
 
 class APIError(Exception):

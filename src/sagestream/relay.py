@@ -41,7 +41,7 @@ from collections.abc import Iterable, Iterator
 from sagestream.dialects import Delta, StreamDecoder
 from sagestream.errors import DEADLINE_EXCEEDED, APIError
 from sagestream.lines import LineSplitter, decode_line, sse_data
-from sagestream.sse import ChunkEncoder
+from sagestream.sse import ChunkEncoder, error_event
 from sagestream.upstream import error_from
 
 __all__ = ["Item", "relay"]
@@ -76,7 +76,7 @@ def relay(parts: Iterable[bytes], decoder: StreamDecoder, encoder: ChunkEncoder)
         if err.code == DEADLINE_EXCEEDED:
             cut = Delta(finish_reason="length")
             yield cut, encoder.encode(cut)
-        yield err, encoder.error(err)
+        yield err, error_event(err)
         return
     if not finished:
         # The container ended without saying why; a client still needs a last chunk that does.

@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-from sagestream.function_url import CONTENT_TYPE, SEPARATOR, encode_prelude
+from sagestream.function_url import CONTENT_TYPE, SEPARATOR, encode_prelude, media_type
 
 API_VERSION = "2018-06-01"
 DEFAULT_HANDLER = "sagestream.app.handler"
@@ -292,10 +292,6 @@ class StreamingResponse:
     def started(self) -> bool:
         return self._conn is not None
 
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
     def _send_timeout(self) -> float | None:
         if not self._deadline_ms:
             return None
@@ -307,7 +303,7 @@ class StreamingResponse:
             raise RuntimeError("the response has already started")
         prelude = encode_prelude(status, headers, cookies)  # refuses bad values before anything is sent
         content_type = next((v for k, v in headers.items() if k.lower() == "content-type"), "")
-        if content_type.split(";", 1)[0].strip().lower() == "text/event-stream":
+        if media_type(content_type) == "text/event-stream":
             self._filler = _SSE_FILLER
         conn = self._client._connect(timeout=self._send_timeout())
         conn.putrequest("POST", self._client.path(f"invocation/{self._request_id}/response"), skip_accept_encoding=True)

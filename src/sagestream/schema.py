@@ -346,6 +346,14 @@ class OpenAIRequest(_Model):
 
     _vendor_fields: dict[str, Any] = PrivateAttr(default_factory=dict)
 
+    @field_validator("stream_options")
+    @classmethod
+    def _only_when_streaming(cls, options: StreamOptions | None, info: ValidationInfo) -> StreamOptions | None:
+        # As OpenAI: it shapes a stream, so without one it would be dropped without a word.
+        if options is not None and info.data.get("stream") is not True:
+            raise ValueError("'stream_options' is only allowed when 'stream' is true")
+        return options
+
     @field_validator("n")
     @classmethod
     def _one_choice(cls, n: int | None) -> int | None:

@@ -198,10 +198,6 @@ class ChunkEncoder:
             return _event(self._chunk([], self.usage)) + DONE
         return DONE
 
-    def error(self, err: APIError) -> bytes:
-        """An error after the first byte: one data event in OpenAI's error shape; no ``[DONE]`` follows."""
-        return error_event(err)
-
     def _chunk(self, choices: list[dict[str, Any]], usage: Usage | None) -> dict[str, Any]:
         chunk: dict[str, Any] = {
             "id": self.id,

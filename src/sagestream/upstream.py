@@ -51,8 +51,8 @@ import urllib3.exceptions
 
 from sagestream import __version__
 from sagestream.config import Config
-from sagestream.dialects import DecodeError, UpstreamStreamError
-from sagestream.errors import DEADLINE_EXCEEDED, APIError
+from sagestream.dialects import DecodeError, UpstreamStreamError, error_message
+from sagestream.errors import DEADLINE_EXCEEDED, MAX_MESSAGE_CHARS, APIError
 from sagestream.lines import LineTooLong, UndecodableLine
 
 __all__ = ["DeadlineReached", "PayloadParts", "error_from", "invoke", "make_client", "open_stream"]
@@ -64,7 +64,6 @@ _READ_SIZE = 64 * 1024
 _END_READ_BYTES = 1024
 _END_WAIT_S = 0.005
 _GENERIC_500 = "The server could not call the model endpoint. The operator can find the reason in the function's log."
-_MAX_MESSAGE = 1000
 
 
 class DeadlineReached(Exception):
@@ -99,7 +98,7 @@ class _Fault:
         if self.private:
             logger.error("upstream call failed (%s): %s", self.code, detail)
             return APIError.internal(_GENERIC_500)
-        message = self.message.format(detail=detail[:_MAX_MESSAGE])
+        message = self.message.format(detail=detail[:MAX_MESSAGE_CHARS])
         return APIError.upstream(self.status, message, code=self.code, headers=self.headers)
 
 
@@ -217,9 +216,7 @@ def _service_error(exc: botocore.exceptions.ClientError) -> APIError:
         return special(exc.response, message)
     for codes, statuses, fault in _SERVICE_FAULTS:
         if code in codes or status in statuses:
-            if fault.private:
-                logger.error("upstream access denied: %s", code)
-            return fault.error(message)
+            return fault.error(message)  # a private fault logs what it hides from the client
     logger.error("unexpected upstream error %s (%s): %s", code, status, message)
     return APIError.upstream(502, "The model endpoint answered with an error.", code="upstream_error")
 
@@ -231,7 +228,7 @@ def _model_error(response: Mapping[str, Any], message: str) -> APIError:
         original_status = int(response.get("OriginalStatusCode") or 0)
     except (TypeError, ValueError):
         original_status = 0
-    said = _PRIVATE.sub("…", container_message(original))[:_MAX_MESSAGE]
+    said = _PRIVATE.sub("…", container_message(original))[:MAX_MESSAGE_CHARS]
     if 400 <= original_status < 500:
         code = "context_length_exceeded" if _CONTEXT_LENGTH.search(said) else "model_error"
         return APIError.upstream(original_status, said, code=code)
@@ -272,14 +269,10 @@ def container_message(text: str) -> str:
         return text
     if not isinstance(body, dict):
         return text
-    inner = body.get("error")
-    if isinstance(inner, dict) and isinstance(inner.get("message"), str):
-        return str(inner["message"])
-    if isinstance(inner, str):
-        return inner
-    if isinstance(body.get("message"), str):
-        return str(body["message"])
-    return text
+    message = error_message(body)
+    if message is None and isinstance(body.get("message"), str):
+        message = body["message"]  # SageMaker's own wrapping of a plain message
+    return text if message is None else message
 
 
 # --- the calls ---------------------------------------------------------------------------------------------
@@ -328,8 +321,13 @@ def _call_args(config: Config, body: bytes) -> dict[str, Any]:
     return args
 
 
-def invoke(client: Any, config: Config, body: bytes) -> bytes:
-    """A non-streaming ``InvokeEndpoint``: the whole answer's body."""
+def invoke(client: Any, config: Config, body: bytes, *, deadline: float | None = None) -> bytes:
+    """A non-streaming ``InvokeEndpoint``: the whole answer's body.
+
+    ``deadline`` (a :func:`time.monotonic` value): already past, the endpoint is not called and the
+    deadline's 504 is raised, as for a stream.
+    """
+    _check_deadline(deadline)
     try:
         response = client.invoke_endpoint(**_call_args(config, body))
         return bytes(response["Body"].read())
@@ -448,14 +446,19 @@ class PayloadParts:
         self.close()
 
 
+def _check_deadline(deadline: float | None) -> None:
+    """Before a call: with too little time left, the client gets the deadline's 504, not a 500."""
+    if deadline is not None and deadline <= time.monotonic():
+        raise error_from(DeadlineReached("The function has too little time left to call the model."))
+
+
 def open_stream(client: Any, config: Config, body: bytes, *, deadline: float | None = None) -> PayloadParts:
     """Start ``InvokeEndpointWithResponseStream``; errors before the stream are raised as :class:`APIError`.
 
     ``deadline`` (a :func:`time.monotonic` value) is when the answer must have ended; already past, the
-    endpoint is not called and :class:`DeadlineReached` is raised.
+    endpoint is not called and the deadline's 504 is raised.
     """
-    if deadline is not None and deadline <= time.monotonic():
-        raise DeadlineReached("The function has too little time left to call the model.")
+    _check_deadline(deadline)
     try:
         response = client.invoke_endpoint_with_response_stream(**_call_args(config, body))
     except Exception as exc:

@@ -22,6 +22,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+from tests.prerequisites import unavailable
 
 sync_api = pytest.importorskip("playwright.sync_api")
 
@@ -43,8 +44,15 @@ FINAL_STATES = "['done', 'error', 'stopped']"
 pytestmark = [
     pytest.mark.browser,
     pytest.mark.timeout(60),
-    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian chromium not installed (apt-get install chromium)"),
 ]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _chromium_installed() -> None:
+    # Module scope: checked before the module-scoped fixtures that launch it.
+    if not Path(CHROMIUM).exists():
+        unavailable("Debian chromium not installed (apt-get install chromium)")
+
 
 # Loopback only, whatever proxy the environment names.
 _local = urllib.request.build_opener(urllib.request.ProxyHandler({}))

@@ -29,6 +29,7 @@ import pytest
 from sagestream_local.endpoint import Scenario, SimulatedEndpoint
 from sagestream_local.stack import _SIM_CREDENTIALS, SIM_ENDPOINT_NAME
 from tests.conftest import PYTHONPATH, ROOT
+from tests.prerequisites import unavailable
 
 CARGO_LAMBDA = ROOT / ".venv-cargo-lambda" / "bin" / "cargo-lambda"
 # One function per handler, each a binary target of the throwaway Cargo project.
@@ -69,9 +70,9 @@ class Emulated:
 @pytest.fixture(scope="session")
 def cargo_lambda(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulated]:
     if not CARGO_LAMBDA.exists():
-        pytest.skip(f"{CARGO_LAMBDA} is missing: `make test` installs it (make .venv-cargo-lambda/.installed)")
+        unavailable(f"{CARGO_LAMBDA} is missing: `make test` installs it (make .venv-cargo-lambda/.installed)")
     if shutil.which("cargo") is None:
-        pytest.skip("no cargo on PATH: cargo-lambda runs `cargo metadata` (.ci/run installs Debian's cargo)")
+        unavailable("no cargo on PATH: cargo-lambda runs `cargo metadata` (.ci/run installs Debian's cargo)")
     where = tmp_path_factory.mktemp("cargo-lambda")
     manifest = _cargo_project(where)
     port = _free_port()

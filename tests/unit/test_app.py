@@ -11,7 +11,7 @@ import pytest
 
 from sagestream.config import Config
 from sagestream.function_url import build_event
-from sagestream.runtime import WriteTimedOut
+from sagestream.runtime import ClientDisconnected, WriteTimedOut
 from sagestream.telemetry import Telemetry
 from sagestream_local.endpoint import model_error
 from tests.fakes import RecordingStream, Upstream, context, load_app, response, stubbed_client
@@ -179,6 +179,58 @@ def test_a_caller_that_stops_reading_ends_the_invocation_as_a_deadline_stop_with
     assert stream.closed and len(stream.writes) == 1
     [log] = [json.loads(line) for line in out.getvalue().splitlines() if '"message":"invocation"' in line]
     assert (log["error_code"], log["deadline_stop"], log["client_disconnected"]) == ("deadline_exceeded", True, False)
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])
+def test_a_request_with_too_little_time_left_is_a_504_deadline_stop_and_the_endpoint_is_not_called(
+    stream: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("POWERTOOLS_SERVICE_NAME", f"unit-out-of-time-{stream}")  # a logger of its own
+    out = io.StringIO()
+    config = Config.from_env({"SAGEMAKER_ENDPOINT_NAME": "unit-llm", "AUTH_MODE": "none"})
+    upstream = Upstream()
+    handler = app.App(config, stubbed_client(upstream), telemetry=Telemetry(config, out=out))
+    event = build_event(
+        method="POST",
+        raw_path=CHAT,
+        raw_query="",
+        headers=[("content-type", "application/json")],
+        body=json.dumps({**ASK, "stream": stream}).encode(),
+        source_ip="127.0.0.1",
+    )
+    answer = RecordingStream()
+    handler(event, answer, context(seconds=1.0))  # less than the 3 s margin
+    assert answer.status == 504 and json.loads(answer.body)["error"]["code"] == "deadline_exceeded"
+    assert upstream.calls == []
+    [log] = [json.loads(line) for line in out.getvalue().splitlines() if '"message":"invocation"' in line]
+    assert log["deadline_stop"] is True
+
+
+class GoneBeforeTheError(RecordingStream):
+    """A client that is gone by the time the answer (an error) is written."""
+
+    def write(self, data: bytes | str) -> None:
+        raise ClientDisconnected("gone")
+
+
+def test_a_client_that_leaves_while_its_error_is_written_is_noted_not_raised(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("POWERTOOLS_SERVICE_NAME", "unit-gone-before-error")
+    out = io.StringIO()
+    config = Config.from_env({"SAGEMAKER_ENDPOINT_NAME": "unit-llm", "AUTH_MODE": "none"})
+    handler = app.App(config, stubbed_client(Upstream()), telemetry=Telemetry(config, out=out))
+    event = build_event(
+        method="POST",
+        raw_path=CHAT,
+        raw_query="",
+        headers=[("content-type", "text/plain")],
+        body=b"x",
+        source_ip="127.0.0.1",
+    )
+    answer = GoneBeforeTheError()
+    handler(event, answer, context())  # raises nothing
+    assert answer.closed
+    [log] = [json.loads(line) for line in out.getvalue().splitlines() if '"message":"invocation"' in line]
+    assert (log["status"], log["client_disconnected"]) == (415, True)
 
 
 # --- several models -----------------------------------------------------------------------------------

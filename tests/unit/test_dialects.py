@@ -380,6 +380,15 @@ def test_temperature_zero_is_greedy_for_tgi_which_refuses_zero() -> None:
     assert params == {"details": True, "do_sample": False}
 
 
+@pytest.mark.parametrize("dialect", ["tgi", "lmi"])
+def test_top_p_zero_is_greedy_too_not_silently_full_sampling(dialect: str) -> None:
+    request = parse_chat(chat(temperature=0.8, top_p=0), max_tokens_limit=None)
+    params = upstream_body(dialect, request, prompt_template="llama3", stream=False, max_tokens_default=None)[
+        "parameters"
+    ]
+    assert params == {"details": True, "do_sample": False}
+
+
 def test_top_p_one_is_left_out_because_tgi_refuses_it() -> None:
     request = parse_chat(chat(top_p=1), max_tokens_limit=None)
     params = upstream_body("lmi", request, prompt_template="llama3", stream=False, max_tokens_default=None)[

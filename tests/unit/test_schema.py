@@ -74,8 +74,9 @@ def test_stop_as_a_string_is_a_one_element_list() -> None:
 
 
 def test_include_usage_needs_streaming() -> None:
-    request = parse_chat(body(stream_options={"include_usage": True}), max_tokens_limit=None)
-    assert request.include_usage is False
+    # As OpenAI: stream_options without a stream is a 400, not a wish quietly ignored.
+    assert rejection(body(stream_options={"include_usage": True})).param == "stream_options"
+    assert parse_chat(body(stream=True, stream_options={"include_usage": True}), max_tokens_limit=None).include_usage
 
 
 def test_invalid_json_is_invalid_json() -> None:
@@ -243,7 +244,9 @@ def test_any_bytes_parse_or_are_a_4xx(raw: bytes) -> None:
 
 
 def test_absurdly_nested_json_is_a_4xx() -> None:
-    _accepted_or_4xx(b'{"messages": ' + b"[" * 100_000 + b"]" * 100_000 + b"}")
+    with pytest.raises(APIError) as raised:
+        parse_chat(b'{"messages": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", max_tokens_limit=5)
+    assert 400 <= raised.value.status < 500 and raised.value.type == "invalid_request_error"
 
 
 # --- the whole request, as the openai SDK builds it -------------------------------------------------------

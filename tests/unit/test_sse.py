@@ -13,7 +13,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from sagestream.dialects import Delta, Usage
 from sagestream.errors import APIError
-from sagestream.sse import DONE, ChunkEncoder, completion_json
+from sagestream.sse import DONE, ChunkEncoder, completion_json, error_event
 
 ANSWER = [
     Delta("", role="assistant"),
@@ -120,8 +120,7 @@ def test_completion_chunks_are_text_completions() -> None:
 
 
 def test_error_event_is_openais_error_shape() -> None:
-    encoder = ChunkEncoder(model="m", kind="chat", include_usage=False)
-    event = encoder.error(APIError.upstream(502, "model died", code="upstream_error"))
+    event = error_event(APIError.upstream(502, "model died", code="upstream_error"))
     assert events(event) == [
         {"error": {"message": "model died", "type": "server_error", "param": None, "code": "upstream_error"}}
     ]
@@ -180,7 +179,7 @@ def test_the_openai_sdk_reads_a_completion_stream() -> None:
 
 def test_the_openai_sdk_raises_on_the_error_event() -> None:
     encoder = ChunkEncoder(model="m", kind="chat", include_usage=False)
-    stream = encoder.encode(Delta("partial")) + encoder.error(APIError.upstream(502, "model died", code="x"))
+    stream = encoder.encode(Delta("partial")) + error_event(APIError.upstream(502, "model died", code="x"))
     with pytest.raises(openai.APIError, match="model died"):
         stream_through_openai_client(stream)
 

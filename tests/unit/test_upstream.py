@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 import botocore.exceptions
 import pytest
@@ -14,7 +15,7 @@ from sagestream.config import Config
 from sagestream.dialects import DecodeError, UpstreamStreamError
 from sagestream.errors import APIError
 from sagestream.lines import LineTooLong, UndecodableLine
-from sagestream.upstream import DeadlineReached, PayloadParts, error_from, open_stream
+from sagestream.upstream import DeadlineReached, PayloadParts, error_from, invoke, open_stream
 from sagestream_local.endpoint import payload_part_frame
 from tests.fakes import Upstream, event_stream_response, response, stubbed_client
 
@@ -229,8 +230,10 @@ def test_no_deadline_or_a_far_one_changes_nothing() -> None:
     assert list(stream_of(frames, deadline=time.monotonic() + 60)) == [b"x"] * 3
 
 
-def test_no_time_left_means_the_endpoint_is_not_called() -> None:
+@pytest.mark.parametrize("call", [open_stream, invoke], ids=["stream", "whole"])
+def test_no_time_left_means_the_endpoint_is_not_called_and_the_client_gets_the_deadlines_504(call: Any) -> None:
     upstream = Upstream()
-    with pytest.raises(DeadlineReached):
-        open_stream(stubbed_client(upstream), Config(endpoint_name="e"), b"{}", deadline=time.monotonic() - 1)
+    with pytest.raises(APIError) as raised:
+        call(stubbed_client(upstream), Config(endpoint_name="e"), b"{}", deadline=time.monotonic() - 1)
+    assert (raised.value.status, raised.value.code) == (504, "deadline_exceeded")
     assert upstream.calls == []
