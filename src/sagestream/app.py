@@ -1,4 +1,4 @@
-"""The function: OpenAI-compatible routes in front of one SageMaker endpoint, streamed delta by delta.
+"""The function: OpenAI-compatible routes in front of SageMaker endpoints (one per model), streamed delta by delta.
 
 ``handler(event, stream, context)`` is what ``sagestream.runtime`` calls for each Function URL event.
 The routes are a table of :class:`Route` objects (path, methods, handler, keyed or public), as in
@@ -10,6 +10,11 @@ PayloadParts; this module only writes what it yields (a :class:`Writer` starts t
 first chunk and writes each one) and notes each delta on the invocation's
 :class:`~sagestream.record.StreamRecord`. Until the first chunk a failure still gets its own HTTP status;
 after it, it travels as one SSE error event and the stream ends without ``[DONE]``.
+
+Several models (``MODELS``): each model id has its own view of the configuration
+(:meth:`~sagestream.config.Config.for_model`: endpoint, inference component, dialect, limits), chosen by
+the request's ``model``; ``/v1/models`` lists them all. Without ``model`` a request goes to the only model,
+and is refused (400, ``param: model``) when there are several, as OpenAI refuses it.
 
 Every answer carries ``x-request-id``: the invocation's own id (``context.aws_request_id``), which is
 also the log record's ``function_request_id``.
@@ -182,7 +187,7 @@ class App:
                 keyed=True,
             ),
             Route("/v1/models", ("GET",), App._models, keyed=True),
-            Route(f"/v1/models/{config.model_id}", ("GET",), App._model, keyed=True),
+            *(Route(f"/v1/models/{model_id}", ("GET",), App._model, keyed=True) for model_id in config.model_ids),
             Route("/health", ("GET",), App._health),
         ]
         if config.serve_ui:
@@ -262,14 +267,15 @@ class App:
 
     # --- small routes ---
 
-    def _model_card(self) -> dict[str, Any]:
-        return {"id": self.config.model_id, "object": "model", "created": 0, "owned_by": "sagemaker"}
+    @staticmethod
+    def _model_card(model_id: str) -> dict[str, Any]:
+        return {"id": model_id, "object": "model", "created": 0, "owned_by": "sagemaker"}
 
     def _models(self, call: Call) -> None:
-        call.writer.json({"object": "list", "data": [self._model_card()]})
+        call.writer.json({"object": "list", "data": [self._model_card(m) for m in self.config.model_ids]})
 
     def _model(self, call: Call) -> None:
-        call.writer.json(self._model_card())
+        call.writer.json(self._model_card(call.request.path.rstrip("/").removeprefix("/v1/models/")))
 
     def _health(self, call: Call) -> None:
         # Nothing unauthenticated names the endpoint or the model.
@@ -306,22 +312,42 @@ class App:
             )
         return request.body
 
+    def _target(self, model: str | None) -> Config:
+        """The configuration of the model a request names; the only one when it names none."""
+        served = self.config.model_ids
+        if model is None:
+            if len(served) > 1:
+                raise APIError.invalid_request(
+                    f"You must provide a model parameter; this endpoint serves {', '.join(served)}.",
+                    param="model",
+                    code="missing_required_parameter",
+                )
+            return self.config.for_model(served[0]) or self.config
+        target = self.config.for_model(model)
+        if target is None:
+            raise APIError.not_found(
+                f"The model '{model}' does not exist; this endpoint serves {', '.join(repr(m) for m in served)}.",
+                code="model_not_found",
+                param="model",
+            )
+        return target
+
     def _complete(self, call: Call, *, parse: RequestParser, kind: Kind) -> None:
         """Both completion routes: ``parse`` reads the request, ``kind`` shapes the answer, whole or streamed."""
-        cfg, record = self.config, call.record
+        record = call.record
         record.kind = kind
+        raw = self._body(call.request)
+        # The model first: its own max_tokens_limit is what the request is checked against. A body that is
+        # not an object, or a model that is not a string, is the parser's to refuse by name.
+        readable, model = _model_named(raw)
+        cfg = self._target(model) if readable else self.config
+        record.model, record.endpoint, record.dialect = cfg.model_id, cfg.endpoint_name, cfg.dialect
         req = parse(
-            self._body(call.request),
+            raw,
             max_tokens_limit=cfg.max_tokens_limit,
             extra_fields=cfg.extra_request_fields,
             max_prompt_chars=cfg.max_prompt_chars,
         )
-        if req.model is not None and req.model != cfg.model_id:
-            raise APIError.not_found(
-                f"The model '{req.model}' does not exist; this endpoint serves '{cfg.model_id}'.",
-                code="model_not_found",
-                param="model",
-            )
         record.streamed = bool(req.stream)
         body = dialects.upstream_body(
             cfg.dialect,
@@ -333,29 +359,33 @@ class App:
         payload = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
         with self.telemetry.upstream(record):  # the trace subsegment ends with the stream
             if req.stream:
-                self._stream(call, req, payload, kind)
+                self._stream(call, cfg, req, payload, kind)
             else:
-                self._whole(call, req, payload, kind)
+                self._whole(call, cfg, req, payload, kind)
 
     def _deadline(self, call: Call) -> float:
         """When the answer must have ended (a :func:`time.monotonic` value): the margin before Lambda's own."""
         return time.monotonic() + (call.context.get_remaining_time_in_millis() - self.config.deadline_margin_ms) / 1000
 
-    def _whole(self, call: Call, req: ChatCompletionRequest | CompletionRequest, payload: bytes, kind: Kind) -> None:
+    def _whole(
+        self, call: Call, cfg: Config, req: ChatCompletionRequest | CompletionRequest, payload: bytes, kind: Kind
+    ) -> None:
         try:
-            body = upstream.invoke(self.client, self.config, payload, deadline=self._deadline(call))
-            answer = dialects.decode_body(self.config.dialect, body, req)
+            body = upstream.invoke(self.client, cfg, payload, deadline=self._deadline(call))
+            answer = dialects.decode_body(cfg.dialect, body, req)
         except (dialects.DecodeError, dialects.UpstreamStreamError) as exc:
             raise upstream.error_from(exc) from exc
         if not answer.finish_reason:
             answer = replace(answer, finish_reason="stop")  # keeps tool calls, reasoning, logprobs
-        data = completion_json(answer, model=self.config.model_id, kind=kind)
+        data = completion_json(answer, model=cfg.model_id, kind=kind)
         call.record.wrote(answer, b"")  # a whole answer has no first delta or cadence
         call.writer.write(data)
 
-    def _stream(self, call: Call, req: ChatCompletionRequest | CompletionRequest, payload: bytes, kind: Kind) -> None:
+    def _stream(
+        self, call: Call, cfg: Config, req: ChatCompletionRequest | CompletionRequest, payload: bytes, kind: Kind
+    ) -> None:
         """Open the upstream stream and write each delta the moment it is decoded."""
-        cfg, record, writer = self.config, call.record, call.writer
+        record, writer = call.record, call.writer
         parts = upstream.open_stream(self.client, cfg, payload, deadline=self._deadline(call))
         encoder = ChunkEncoder(
             model=cfg.model_id, kind=kind, include_usage=req.include_usage, pad_bytes=cfg.sse_pad_bytes
@@ -371,6 +401,27 @@ class App:
                 if isinstance(item, Delta):
                     # Timed here, at the edge: from the read that completed the delta to its write.
                     record.wrote(item, data, read_at=parts.read_at)
+
+
+def _model_named(body: bytes) -> tuple[bool, str | None]:
+    """Whether the body is an object whose ``model`` is a string or absent, and that model; read before the
+    full parse, which needs that model's limits.
+
+    >>> _model_named(b'{"model": "qwen", "messages": []}'), _model_named(b'{}')
+    ((True, 'qwen'), (True, None))
+    >>> _model_named(b'{"model": 3}'), _model_named(b"[")
+    ((False, None), (False, None))
+    """
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError):
+        return False, None
+    if not isinstance(data, dict):
+        return False, None
+    model = data.get("model")
+    if model is None or isinstance(model, str):
+        return True, model
+    return False, None
 
 
 def _timed(parts: Iterable[bytes], record: StreamRecord) -> Iterator[bytes]:

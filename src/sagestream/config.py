@@ -2,7 +2,8 @@
 
 Environment variables read (the README's table lists each with its default):
 
-``SAGEMAKER_ENDPOINT_NAME`` (required), ``UPSTREAM_FORMAT`` (``openai`` | ``tgi`` | ``lmi``), ``MODEL_ID``,
+``SAGEMAKER_ENDPOINT_NAME`` (required without ``MODELS``), ``MODELS`` or ``MODELS_PARAMETER`` (several models,
+see :func:`parse_models`), ``UPSTREAM_FORMAT`` (``openai`` | ``tgi`` | ``lmi``), ``MODEL_ID``,
 ``INFERENCE_COMPONENT_NAME``, ``TARGET_VARIANT``, ``MAX_TOKENS_LIMIT``, ``MAX_REQUEST_BYTES``, ``MAX_PROMPT_CHARS``,
 ``EXTRA_REQUEST_FIELDS`` (comma-separated vendor fields passed to the container, e.g. ``top_k,min_p``),
 ``PROMPT_TEMPLATE``, ``SSE_PAD_BYTES``, ``DEADLINE_MARGIN_MS``, ``UPSTREAM_CONNECT_TIMEOUT_S``,
@@ -22,13 +23,31 @@ Example::
     Traceback (most recent call last):
     ...
     sagestream.config.ConfigError: SSE_PAD_BYTES=3 must be 0 or at least 4 (an SSE comment: ...)
+
+Several models behind one URL, each model id clients send mapped to its upstream; unset keys take the
+global settings (``UPSTREAM_FORMAT``, ``PROMPT_TEMPLATE``, ``MAX_TOKENS_LIMIT``, ``TARGET_VARIANT``)::
+
+    >>> cfg = Config.from_env({"MODELS": '{"llama": {"endpoint": "llm-a"}, "qwen": {"endpoint": "llm-b", '
+    ...     '"inference_component": "qwen-ic", "upstream_format": "tgi", "prompt_template": "chatml"}}'})
+    >>> [m.model_id for m in cfg.models], cfg.model_id
+    (['llama', 'qwen'], 'llama')
+    >>> qwen = cfg.for_model("qwen")
+    >>> qwen.endpoint_name, qwen.inference_component, qwen.dialect
+    ('llm-b', 'qwen-ic', 'tgi')
+    >>> Config.from_env({"MODELS": '{"llama": {"endpont": "llm-a"}}'})
+    Traceback (most recent call last):
+    ...
+    sagestream.config.ConfigError: MODELS: model 'llama': key 'endpont' is not a setting (known: endpoint, ...
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Literal
 
 from sagestream import prompts
 from sagestream.dialects import Dialect, dialect_named
@@ -49,6 +68,122 @@ def openai_fields() -> frozenset[str]:
 
 class ConfigError(ValueError):
     """A setting that is missing or not valid; the function refuses to start with it."""
+
+
+# The keys of one model in MODELS (the fields of the pydantic model below).
+MODEL_KEYS = (
+    "endpoint",
+    "inference_component",
+    "upstream_format",
+    "prompt_template",
+    "max_tokens_limit",
+    "target_variant",
+)
+
+
+@functools.cache
+def _models_schema() -> Any:
+    """``MODELS``' schema, a pydantic ``TypeAdapter``; pydantic loads only when ``MODELS`` is set, so that
+    init without it stays as light as before (tests/unit/test_upstream_client.py checks what init loads)."""
+    from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+    class ModelEntry(BaseModel):
+        """One model of ``MODELS``: where its requests go. Only ``endpoint`` is required.
+
+        ``upstream_format``, ``prompt_template``, ``max_tokens_limit`` and ``target_variant`` default to
+        the global settings. ``inference_component`` does not: a component's name belongs to one endpoint,
+        so a global one would be wrong for every other endpoint.
+        """
+
+        model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+        endpoint: str = Field(min_length=1)
+        inference_component: str | None = Field(default=None, min_length=1)
+        upstream_format: Literal["openai", "tgi", "lmi"] | None = None
+        prompt_template: str | None = Field(default=None, min_length=1)
+        max_tokens_limit: int | None = Field(default=None, ge=1)
+        target_variant: str | None = Field(default=None, min_length=1)
+
+    assert tuple(ModelEntry.model_fields) == MODEL_KEYS
+    return TypeAdapter(dict[str, ModelEntry])
+
+
+@dataclass(frozen=True, slots=True)
+class ModelTarget:
+    """One model id clients send and the upstream it is served by (the global settings filled in)."""
+
+    model_id: str
+    endpoint_name: str
+    dialect: Dialect
+    inference_component: str | None = None
+    target_variant: str | None = None
+    max_tokens_limit: int | None = None
+    prompt_template: str | None = None
+
+
+def parse_models(text: str, *, defaults: ModelTarget) -> tuple[ModelTarget, ...]:
+    """``MODELS``' JSON as targets, in its order; :class:`ConfigError` naming the model and key at fault.
+
+    ``defaults`` carries the global settings (its ``model_id`` and ``endpoint_name`` are not used).
+
+    >>> glob = ModelTarget("", "", "openai", max_tokens_limit=512)
+    >>> parse_models('{"a": {"endpoint": "e", "max_tokens_limit": 0}}', defaults=glob)
+    Traceback (most recent call last):
+    ...
+    sagestream.config.ConfigError: MODELS: model 'a': key 'max_tokens_limit': Input should be greater than or equal to 1
+    >>> parse_models('{"a": {"endpoint": "e"}}', defaults=glob)[0].max_tokens_limit
+    512
+    """
+    try:
+        raw = json.loads(text)
+    except ValueError as e:
+        raise ConfigError(f"MODELS is not JSON: {e}") from None
+    if not isinstance(raw, dict) or not raw:
+        raise ConfigError('MODELS must be a non-empty JSON object: {"<model id>": {"endpoint": "..."}, ...}')
+    from pydantic import ValidationError
+
+    try:
+        entries = _models_schema().validate_python(raw)
+    except ValidationError as e:
+        # A misspelt key also leaves its real one missing: name the misspelling, it is the cause.
+        first = sorted(e.errors(), key=lambda err: err["type"] != "extra_forbidden")[0]
+        where = first["loc"]
+        model = where[0] if where else "?"
+        if len(where) < 2:
+            raise ConfigError(f'MODELS: model {model!r}: must be an object with at least "endpoint"') from None
+        key = where[1]
+        if first["type"] == "extra_forbidden":
+            known = ", ".join(MODEL_KEYS)
+            raise ConfigError(f"MODELS: model {model!r}: key {key!r} is not a setting (known: {known})") from None
+        raise ConfigError(f"MODELS: model {model!r}: key {key!r}: {first['msg']}") from None
+    targets = []
+    for model_id, entry in entries.items():
+        if not model_id.strip() or model_id != model_id.strip():
+            raise ConfigError(f"MODELS: model id {model_id!r} must be non-empty, without surrounding spaces")
+        if entry.prompt_template is not None:
+            try:
+                prompts.template(entry.prompt_template)
+            except (KeyError, ValueError) as e:
+                raise ConfigError(f"MODELS: model {model_id!r}: key 'prompt_template': {e}") from None
+        targets.append(
+            ModelTarget(
+                model_id=model_id,
+                endpoint_name=entry.endpoint,
+                dialect=entry.upstream_format or defaults.dialect,
+                inference_component=entry.inference_component,
+                target_variant=entry.target_variant or defaults.target_variant,
+                max_tokens_limit=entry.max_tokens_limit or defaults.max_tokens_limit,
+                prompt_template=entry.prompt_template or defaults.prompt_template,
+            )
+        )
+    return tuple(targets)
+
+
+def read_parameter(name: str) -> str:
+    """An SSM parameter's value (decrypted if a SecureString), through Powertools Parameters."""
+    from aws_lambda_powertools.utilities import parameters
+
+    return str(parameters.get_parameter(name, decrypt=True))
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,9 +210,42 @@ class Config:
     api_keys_max_age_s: int = 300
     log_payloads: bool = False
     tracing: bool = False
+    # Every model served, the first the default; the one-model case is the single settings above.
+    models: tuple[ModelTarget, ...] = ()
+
+    def for_model(self, model_id: str) -> Config | None:
+        """This configuration as the model ``model_id`` sees it (its endpoint, dialect, limits), or None.
+
+        >>> one = Config(endpoint_name="llm", model_id="m")
+        >>> one.for_model("m") is one, one.for_model("x")
+        (True, None)
+        """
+        if not self.models:
+            return self if model_id == self.model_id else None
+        for target in self.models:
+            if target.model_id == model_id:
+                return replace(
+                    self,
+                    model_id=target.model_id,
+                    endpoint_name=target.endpoint_name,
+                    dialect=target.dialect,
+                    inference_component=target.inference_component,
+                    target_variant=target.target_variant,
+                    max_tokens_limit=target.max_tokens_limit,
+                    prompt_template=target.prompt_template,
+                )
+        return None
+
+    @property
+    def model_ids(self) -> tuple[str, ...]:
+        return tuple(t.model_id for t in self.models) if self.models else (self.model_id,)
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> Config:
+    def from_env(
+        cls, environ: Mapping[str, str] | None = None, *, fetch_parameter: Callable[[str], str] = read_parameter
+    ) -> Config:
+        """The configuration in ``environ`` (default ``os.environ``); ``MODELS_PARAMETER`` is read with
+        ``fetch_parameter`` (SSM, through Powertools, by default)."""
         env = os.environ if environ is None else environ
 
         def text(name: str) -> str | None:
@@ -107,8 +275,19 @@ class Config:
             raise ConfigError(f"{name}={raw!r} is not true or false")
 
         endpoint = text("SAGEMAKER_ENDPOINT_NAME")
-        if endpoint is None:
-            raise ConfigError("SAGEMAKER_ENDPOINT_NAME is required: the SageMaker endpoint this function streams from")
+        models_text, models_parameter = text("MODELS"), text("MODELS_PARAMETER")
+        if models_text is not None and models_parameter is not None:
+            raise ConfigError("MODELS and MODELS_PARAMETER are exclusive: set the models in one place")
+        if models_parameter is not None:
+            try:
+                models_text = fetch_parameter(models_parameter)
+            except Exception as e:
+                raise ConfigError(f"MODELS_PARAMETER={models_parameter!r} could not be read: {e}") from None
+        if endpoint is None and models_text is None:
+            raise ConfigError(
+                "SAGEMAKER_ENDPOINT_NAME is required: the SageMaker endpoint this function streams from "
+                "(or MODELS / MODELS_PARAMETER, for several models)"
+            )
         try:
             dialect = dialect_named((text("UPSTREAM_FORMAT") or "openai").lower())
         except ValueError as e:
@@ -144,11 +323,34 @@ class Config:
                 "AUTH_MODE=api_key needs API_KEYS_PARAMETER (an SSM SecureString or a Secrets Manager secret "
                 "holding the keys), or API_KEYS for a local run"
             )
-        return cls(
+        models: tuple[ModelTarget, ...] = ()
+        model_id = text("MODEL_ID")
+        component = text("INFERENCE_COMPONENT_NAME")
+        if models_text is not None:
+            for single in ("MODEL_ID", "INFERENCE_COMPONENT_NAME"):
+                if text(single) is not None:
+                    raise ConfigError(f"{single} is for one model; with MODELS, set it per model there")
+            defaults = ModelTarget(
+                "",
+                "",
+                dialect,
+                target_variant=text("TARGET_VARIANT"),
+                prompt_template=template,
+                max_tokens_limit=int(limit) if limit is not None else None,
+            )
+            models = parse_models(models_text, defaults=defaults)
+            if endpoint is not None and endpoint not in {m.endpoint_name for m in models}:
+                raise ConfigError(
+                    f"SAGEMAKER_ENDPOINT_NAME={endpoint!r} is not the endpoint of any model in MODELS; "
+                    "unset it, or name one of theirs"
+                )
+            endpoint, model_id = models[0].endpoint_name, models[0].model_id
+        assert endpoint is not None
+        config = cls(
             endpoint_name=endpoint,
             dialect=dialect,
-            model_id=text("MODEL_ID") or endpoint,
-            inference_component=text("INFERENCE_COMPONENT_NAME"),
+            model_id=model_id or endpoint,
+            inference_component=component,
             target_variant=text("TARGET_VARIANT"),
             max_tokens_limit=int(limit) if limit is not None else None,
             max_request_bytes=int(number("MAX_REQUEST_BYTES", 1024 * 1024, minimum=1) or 0),
@@ -167,4 +369,7 @@ class Config:
             api_keys_max_age_s=int(number("API_KEYS_MAX_AGE_S", 300) or 0),
             log_payloads=flag("LOG_PAYLOADS", False),
             tracing=not flag("POWERTOOLS_TRACE_DISABLED", True),
+            models=models,
         )
+        # With MODELS the top-level fields are the first model's: the default model of pages and telemetry.
+        return config.for_model(config.model_id) or config

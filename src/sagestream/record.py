@@ -133,6 +133,10 @@ class StreamRecord:
     method: str = ""
     path: str = ""
     kind: str | None = None  # "chat" or "completion" on the completion routes, else None
+    # The model the request was served by, its endpoint and dialect; None before one was chosen.
+    model: str | None = None
+    endpoint: str | None = None
+    dialect: str | None = None
     caller: str | None = None  # the signing IAM principal, with AUTH_MODE=iam
     started: float = field(default_factory=time.monotonic)
     status: int = 200

@@ -22,7 +22,8 @@ to the record), ``ttft_cpu_ms`` (process CPU from the event's arrival to the fir
 ``relay_ms_p50`` / ``relay_ms_p99`` (per delta, from the upstream read that completed it to its write).
 
 The metrics (namespace ``POWERTOOLS_METRICS_NAMESPACE``, default ``sagestream``), one EMF record per
-invocation with dimensions ``service``, ``endpoint`` and ``dialect``, all times in milliseconds from
+invocation with dimensions ``service``, ``endpoint``, ``dialect`` and ``model`` (the model the request
+was served by; the default model on routes without one; bounded by ``MODELS``' entries), all times in milliseconds from
 the start of the invocation:
 
 - ``TimeToFirstToken``: to the first delta written to the client (streams only);
@@ -117,9 +118,10 @@ def invocation_fields(
         "method": record.method,
         "path": record.path,
         "status": record.status,
-        "model": config.model_id,
-        "endpoint": config.endpoint_name,
-        "dialect": config.dialect,
+        # The request's model when one was chosen (several may be configured), else the default one.
+        "model": record.model or config.model_id,
+        "endpoint": record.endpoint or config.endpoint_name,
+        "dialect": record.dialect or config.dialect,
         "stream": record.streamed,
         "output_tokens": record.output_tokens,
         "ttft_ms": _ms(record.started, record.first_delta),
@@ -164,8 +166,9 @@ def invocation_metrics(
         cold.add_dimension("function_name", function_name)
         cold.add_metric("ColdStart", MetricUnit.Count, 1)
         blobs.append(dict(cold.serialize_metric_set()))
+    dimensions = _dimensions(record, labels)
     main = EphemeralMetrics(namespace=labels.namespace, service=labels.service)
-    main.set_default_dimensions(**labels.dimensions)
+    main.set_default_dimensions(**dimensions)
     ms = MetricUnit.Milliseconds
     if record.first_delta is not None and record.streamed:
         main.add_metric("TimeToFirstToken", ms, (record.first_delta - record.started) * 1000)
@@ -184,10 +187,27 @@ def invocation_metrics(
     blobs.append(dict(main.serialize_metric_set()))
     if record.upstream_started is not None and record.error_code and record.error_code != DEADLINE_EXCEEDED:
         errors = EphemeralMetrics(namespace=labels.namespace, service=labels.service)
-        errors.set_default_dimensions(**labels.dimensions, ErrorType=record.error_code)
+        errors.set_default_dimensions(**dimensions, ErrorType=record.error_code)
         errors.add_metric("UpstreamErrors", MetricUnit.Count, 1)
         blobs.append(dict(errors.serialize_metric_set()))
     return blobs
+
+
+def _dimensions(record: StreamRecord, labels: Labels) -> dict[str, str]:
+    """The record's dimensions: the served model's endpoint, dialect and id over the defaults.
+
+    Only a configured model reaches a record (any other is refused first), so the ``model`` dimension has
+    as many values as ``MODELS`` has entries: the metric count stays bounded by the operator, never by
+    what clients send. Routes without a model (``/health``, ``/v1/models``) count under the default model.
+    """
+    dimensions = dict(labels.dimensions)
+    if record.model is not None:
+        dimensions["model"] = record.model
+    if record.endpoint is not None:
+        dimensions["endpoint"] = record.endpoint
+    if record.dialect is not None:
+        dimensions["dialect"] = record.dialect
+    return dimensions
 
 
 def prompt_of(body: bytes) -> Any:
@@ -215,7 +235,11 @@ class Telemetry:
         self.config = config
         service = os.environ.get("POWERTOOLS_SERVICE_NAME") or DEFAULT_SERVICE
         namespace = os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or DEFAULT_SERVICE
-        self.labels = Labels(namespace, service, {"endpoint": config.endpoint_name, "dialect": config.dialect})
+        self.labels = Labels(
+            namespace,
+            service,
+            {"endpoint": config.endpoint_name, "dialect": config.dialect, "model": config.model_id},
+        )
         self._out = out
         self.logger = Logger(service=service, stream=out)
         if service != DEFAULT_SERVICE:
@@ -245,8 +269,9 @@ class Telemetry:
         with self.tracer.provider.in_subsegment("## upstream") as subsegment:
             # None when the SDK is disabled (POWERTOOLS_TRACE_DISABLED, outside Lambda) or has no segment.
             if subsegment is not None:
-                subsegment.put_annotation("endpoint", self.config.endpoint_name)
-                subsegment.put_annotation("dialect", self.config.dialect)
+                subsegment.put_annotation("endpoint", record.endpoint or self.config.endpoint_name)
+                subsegment.put_annotation("dialect", record.dialect or self.config.dialect)
+                subsegment.put_annotation("model", record.model or self.config.model_id)
             try:
                 yield
             finally:

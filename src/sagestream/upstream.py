@@ -102,7 +102,13 @@ class _Fault:
         return APIError.upstream(self.status, message, code=self.code, headers=self.headers)
 
 
-_RATE_LIMITED = _Fault(429, "rate_limited", "The model endpoint is busy. Retry after a moment.", {"Retry-After": "1"})
+# Retry-After is whole seconds (RFC 9110); retry-after-ms is the OpenAI SDKs' finer spelling of the same wait.
+_RATE_LIMITED = _Fault(
+    429,
+    "rate_limited",
+    "The model endpoint is busy. Retry after a moment.",
+    {"Retry-After": "1", "retry-after-ms": "1000"},
+)
 _UNAVAILABLE = _Fault(503, "service_unavailable", "The model endpoint is not available right now.")
 _NO_ACCESS = _Fault(500, "internal_error", "", private=True)
 _FAILED = _Fault(502, "upstream_error", "The model endpoint failed. Try again.")
@@ -170,7 +176,25 @@ _PRIVATE = re.compile(r"arn:aws[\w:/.-]*|\b\d{12}\b")
 
 
 def error_from(exc: BaseException) -> APIError:
-    """What a client sees for a fault on the way to, or from, the endpoint (an :class:`APIError` as is)."""
+    """What a client sees for a fault on the way to, or from, the endpoint (an :class:`APIError` as is).
+
+    A 429 or 5xx comes after botocore has spent the retry budget (``UPSTREAM_MAX_ATTEMPTS`` calls in all):
+    it says ``x-should-retry: false``, which both OpenAI SDKs obey, so that their own two retries do not
+    multiply the endpoint calls (README "Retries").
+
+    >>> error_from(DeadlineReached()).headers
+    {'x-should-retry': 'false'}
+    """
+    return _budget_spent(_error_from(exc))
+
+
+def _budget_spent(err: APIError) -> APIError:
+    if err.status == 429 or err.status >= 500:
+        err.headers.setdefault("x-should-retry", "false")
+    return err
+
+
+def _error_from(exc: BaseException) -> APIError:
     if isinstance(exc, APIError):
         return exc
     if isinstance(exc, botocore.exceptions.ClientError):

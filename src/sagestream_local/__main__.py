@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         idle_timeout_s=args.idle_timeout,
     )
     stack.start()
-    model = stack.env.get("MODEL_ID") or stack.env.get("SAGEMAKER_ENDPOINT_NAME", "")
+    model = stack.env.get("MODEL_ID") or stack.env.get("SAGEMAKER_ENDPOINT_NAME") or "those of MODELS"
     print(f"sagestream: serving {stack.url}  (model {model!r}, upstream: {stack.upstream})", flush=True)
     print(f"  chat page:  {stack.url}/", flush=True)
     print(

@@ -3,8 +3,10 @@
 On AWS the Function URL answers preflights itself and adds the CORS headers to every response; the
 function never sees either. Locally :class:`Cors` does the same through the front's two hooks: ``preflight``
 answers an ``OPTIONS`` that carries ``Origin`` and ``Access-Control-Request-Method`` before the function,
-``headers`` adds ``Access-Control-Allow-Origin`` to a response whose request came from an allowed origin.
-Methods, headers and max age are those of ``template.yaml``'s ``FunctionUrlConfig.Cors``.
+``headers`` adds ``Access-Control-Allow-Origin`` and ``Access-Control-Expose-Headers`` to a response whose
+request came from an allowed origin. Methods, headers, exposed headers and max age are those of
+``template.yaml``'s ``FunctionUrlConfig.Cors``; this module owns the lists and ``tests/deploy`` checks
+that the template says the same.
 
 Environment variables read (by :class:`~sagestream_local.stack.LocalStack`): ``ALLOWED_ORIGINS``,
 comma-separated origins or ``*`` (the default, as in the template).
@@ -23,9 +25,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-# As template.yaml's FunctionUrlConfig.Cors.
+# As template.yaml's FunctionUrlConfig.Cors (tests/deploy compares them).
 ALLOW_METHODS = ("GET", "POST")
-ALLOW_HEADERS = (
+# authorization carries the API key (Bearer) or a SigV4 signature; the x-amz-* headers are the rest of a
+# signed browser request.
+AUTH_HEADERS = (
     "authorization",
     "content-type",
     "x-api-key",
@@ -33,6 +37,31 @@ ALLOW_HEADERS = (
     "x-amz-security-token",
     "x-amz-content-sha256",
 )
+# What the OpenAI JS SDK sends from a browser (openai npm 6.x: internal/detect-platform.mjs, client.mjs):
+# its platform headers on every request, its retry count and timeout, the helper and polling headers of
+# its helpers, the organization, project and beta headers, and an idempotency key where a client sets one.
+# A preflight that asks for one header not allowed fails the whole call, so all of them are here.
+SDK_HEADERS = (
+    "x-stainless-lang",
+    "x-stainless-package-version",
+    "x-stainless-os",
+    "x-stainless-arch",
+    "x-stainless-runtime",
+    "x-stainless-runtime-version",
+    "x-stainless-retry-count",
+    "x-stainless-timeout",
+    "x-stainless-helper-method",
+    "x-stainless-poll-helper",
+    "x-stainless-custom-poll-interval",
+    "openai-organization",
+    "openai-project",
+    "openai-beta",
+    "idempotency-key",
+)
+ALLOW_HEADERS = AUTH_HEADERS + SDK_HEADERS
+# Response headers a page's script may read: the request id (to find the log record), and what the SDKs'
+# retry logic reads (without them a browser SDK would retry what the function said not to, at once).
+EXPOSE_HEADERS = ("x-request-id", "x-should-retry", "retry-after", "retry-after-ms")
 MAX_AGE_S = 86400
 
 
@@ -62,7 +91,11 @@ class Cors:
         allowed = self.allow_origin(_lower(request_headers).get("origin"))
         if allowed is None:
             return {}
-        return {"Access-Control-Allow-Origin": allowed, "Vary": "Origin"}
+        return {
+            "Access-Control-Allow-Origin": allowed,
+            "Access-Control-Expose-Headers": ", ".join(EXPOSE_HEADERS),
+            "Vary": "Origin",
+        }
 
     def preflight(
         self, method: str, path: str, request_headers: Mapping[str, str]

@@ -9,7 +9,9 @@ Per run it prints
 - ``burst gaps``: deltas that arrived less than 1 ms after the previous one, over all deltas. A model
   emits tokens several ms apart, so a sub-millisecond gap is a token that was held back and released
   together with a later one ("gap then burst");
-- ``cadence``: the median and p90 of the gaps between deltas.
+- ``cadence``: the median and p90 of the gaps between deltas;
+- ``request id``: the answer's ``x-request-id``, the invocation's own id, which is the
+  ``function_request_id`` of its log record: a slow or failed run is one log search away.
 
 Authentication: ``--sigv4`` signs each request for an ``AWS_IAM`` Function URL with the caller's own
 credentials (botocore's ``SigV4Auth``, service ``lambda``, the region taken from the URL or else the AWS
@@ -176,6 +178,11 @@ class Run:
         return None if self.first_ns is None else (self.first_ns - self.started_ns) / 1e6
 
     @property
+    def request_id(self) -> str | None:
+        """The function's ``x-request-id`` for this run (its log record's ``function_request_id``)."""
+        return self.headers.get("x-request-id")
+
+    @property
     def gaps_ms(self) -> list[float]:
         a = self.arrivals_ns
         return [(a[i] - a[i - 1]) / 1e6 for i in range(1, len(a))]
@@ -196,6 +203,7 @@ class Run:
             "duration_ms": _round((self.last_ns - self.started_ns) / 1e6) if self.last_ns else None,
             "done": self.done,
             "error": self.error,
+            "request_id": self.request_id,
         }
 
 
@@ -334,13 +342,14 @@ def measure(
 def _print_run(n: int, run: Run) -> None:
     s = run.summary()
     if run.status != 200 or run.error:
-        print(f"run {n}: HTTP {run.status} {run.error or ''}".rstrip())
+        print(f"run {n}: HTTP {run.status} {run.error or ''}".rstrip() + f"   request id {run.request_id or '-'}")
         if run.status != 200:
             return
     cadence = f"{s['cadence_ms_median']} ms median, {s['cadence_ms_p90']} ms p90" if s["cadence_ms_median"] else "-"
     print(
         f"run {n}: ttft {s['ttft_ms']} ms   burst gaps {s['burst_gaps']}/{s['deltas']} deltas   "
-        f"cadence {cadence}   total {s['duration_ms']} ms{'' if run.done else '   (no [DONE])'}"
+        f"cadence {cadence}   total {s['duration_ms']} ms{'' if run.done else '   (no [DONE])'}   "
+        f"request id {run.request_id or '-'}"
     )
 
 

@@ -72,7 +72,8 @@ class LocalStack:
         else:
             dialect = merged.get("UPSTREAM_FORMAT", "openai")
             self.endpoint = SimulatedEndpoint(scenario or Scenario(dialect=dialect))  # type: ignore[arg-type]
-            self.env.setdefault("SAGEMAKER_ENDPOINT_NAME", SIM_ENDPOINT_NAME)
+            if not (merged.get("MODELS") or merged.get("MODELS_PARAMETER")):  # those name their own endpoints
+                self.env.setdefault("SAGEMAKER_ENDPOINT_NAME", SIM_ENDPOINT_NAME)
             for name, value in _SIM_CREDENTIALS.items():  # a test may take them away, to see what no credentials does
                 self.env.setdefault(name, value)
             self.upstream = "simulated"

@@ -419,4 +419,4 @@ def test_a_wrong_api_key_shows_the_401_message(key_chat: Chat, key_server: Serve
 
 def test_the_page_serves_without_iam_auth_field(chat: Chat) -> None:
     assert not chat.page.is_visible("#api-key")
-    assert chat.page.text_content("#model") == "sagestream-sim"
+    assert chat.page.input_value("#model") == "sagestream-sim"

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from sagestream_local import cors
 from tests.cfn import load_template
 from tests.deploy.conftest import ROOT, SAM_ENV
 
@@ -71,6 +72,24 @@ def test_the_function_streams_on_python313_arm64_through_the_wrapper(function: d
     assert {"authorization", "content-type"} <= set(url["Cors"]["AllowHeaders"])
 
 
+def test_the_url_cors_is_the_local_fronts_one_list(function: dict[str, Any]) -> None:
+    """One owner: src/sagestream_local/cors.py. The deployed URL must not drift from what `make run` allows."""
+    url_cors = function["FunctionUrlConfig"]["Cors"]
+    assert url_cors["AllowHeaders"] == list(cors.ALLOW_HEADERS)
+    assert url_cors["ExposeHeaders"] == list(cors.EXPOSE_HEADERS)
+    assert url_cors["AllowMethods"] == list(cors.ALLOW_METHODS)
+    assert url_cors["MaxAge"] == cors.MAX_AGE_S
+    assert url_cors["AllowOrigins"] == {"Ref": "AllowedOrigins"}
+
+
+def test_the_openai_js_sdks_headers_are_allowed_and_the_request_id_exposed() -> None:
+    sdk = {f"x-stainless-{h}" for h in ("lang", "package-version", "os", "arch", "runtime", "runtime-version")}
+    assert sdk | {"x-stainless-retry-count", "x-stainless-timeout", "openai-organization", "openai-project"} <= set(
+        cors.ALLOW_HEADERS
+    )
+    assert "x-request-id" in cors.EXPOSE_HEADERS and "x-should-retry" in cors.EXPOSE_HEADERS
+
+
 def test_sagemaker_is_granted_on_the_one_endpoint_and_inference_component_only(function: dict[str, Any]) -> None:
     sagemaker = [s for _, s in _statements(function) if any(a.startswith("sagemaker:") for a in _strings(s["Action"]))]
     assert len(sagemaker) == 1
@@ -83,8 +102,52 @@ def test_sagemaker_is_granted_on_the_one_endpoint_and_inference_component_only(f
     assert statement["Resource"][1]["Fn::If"][0] == "HasInferenceComponent"
 
 
-def test_nothing_is_granted_on_every_resource(function: dict[str, Any]) -> None:
-    for _, statement in _statements(function):
+def _model_grants(template: dict[str, Any]) -> dict[str, list[Any]]:
+    """The ``Fn::ForEach`` loops of the other models' grants: loop name -> [variable, collection, resources]."""
+    return {k: v for k, v in template["Resources"].items() if k.startswith("Fn::ForEach::")}
+
+
+def test_each_listed_endpoint_and_inference_component_is_granted_by_its_own_arn(template: dict[str, Any]) -> None:
+    loops = _model_grants(template)
+    assert set(loops) == {"Fn::ForEach::ModelEndpointGrants", "Fn::ForEach::ModelInferenceComponentGrants"}
+    prefix = "arn:${AWS::Partition}:sagemaker:${AWS::Region}:${AWS::AccountId}:"
+    for loop, listed, kind, condition in (
+        ("ModelEndpointGrants", "ModelEndpointNames", "endpoint", "HasModelEndpoints"),
+        (
+            "ModelInferenceComponentGrants",
+            "ModelInferenceComponentNames",
+            "inference-component",
+            "HasModelInferenceComponents",
+        ),
+    ):
+        variable, collection, resources = loops[f"Fn::ForEach::{loop}"]
+        assert (variable, collection) == ("Name", {"Ref": listed})
+        assert template["Parameters"][listed]["Type"] == "CommaDelimitedList"
+        ((_, grant),) = resources.items()
+        assert grant["Type"] == "AWS::IAM::RolePolicy" and grant["Condition"] == condition
+        assert grant["Properties"]["RoleName"] == {"Ref": "SageStreamFunctionRole"}
+        (statement,) = grant["Properties"]["PolicyDocument"]["Statement"]
+        assert sorted(statement["Action"]) == ["sagemaker:InvokeEndpoint", "sagemaker:InvokeEndpointWithResponseStream"]
+        assert statement["Resource"] == {"Fn::Sub": f"{prefix}{kind}/${{Name}}"}
+
+
+def test_the_models_parameter_is_readable_only_when_named(function: dict[str, Any]) -> None:
+    (read,) = [(c, s) for c, s in _statements(function) if s.get("Sid") == "ReadTheModelsParameter"]
+    condition, statement = read
+    assert condition == "HasModelsParameter" and statement["Action"] == "ssm:GetParameter"
+    arns = [r for r in _strings(statement["Resource"]) if r.startswith("arn:")]
+    assert len(arns) == 2 and all(r.endswith("${ModelsParameter}") for r in arns)
+
+
+def test_nothing_is_granted_on_every_resource(template: dict[str, Any], function: dict[str, Any]) -> None:
+    loop_statements = [
+        (None, s)
+        for _, _, resources in _model_grants(template).values()
+        for grant in resources.values()
+        for s in grant["Properties"]["PolicyDocument"]["Statement"]
+    ]
+    assert loop_statements
+    for _, statement in [*_statements(function), *loop_statements]:
         for resource in _strings(statement["Resource"]):
             assert "*" not in resource.removesuffix("-??????"), f"{statement.get('Sid')}: {resource}"
 
@@ -101,6 +164,8 @@ def test_the_api_keys_are_readable_only_in_api_key_mode(function: dict[str, Any]
         "kms:Decrypt",
     }
     for condition, statement in reads:
+        if statement.get("Sid") == "ReadTheModelsParameter":
+            continue  # the models' JSON, not the keys: see the test above
         assert condition in ("ApiKeyMode", "ApiKeysNeedKms"), statement
         assert any("ApiKeys" in s for s in _strings(statement["Resource"]))
 
@@ -131,7 +196,8 @@ def test_outputs_give_the_url_and_the_function(template: dict[str, Any]) -> None
     assert outputs["FunctionArn"]["Value"] == {"Fn::GetAtt": ["SageStreamFunction", "Arn"]}
 
 
-# SAM's own transform, run locally: what CloudFormation will actually create from the template.
+# SAM's own transform, run locally: what CloudFormation will actually create from the template. The
+# LanguageExtensions loops (the other models' grants) are left out here and expanded in a test of their own.
 _TRANSFORM = """
 import json, sys
 from samtranslator.translator.transform import transform
@@ -139,6 +205,8 @@ from samtranslator.yaml_helper import yaml_parse
 
 template = yaml_parse(open("template.yaml").read())
 template["Resources"]["SageStreamFunction"]["Properties"]["CodeUri"] = "s3://bucket/artifact.zip"  # as packaged
+template["Transform"] = [t for t in template["Transform"] if t != "AWS::LanguageExtensions"]
+template["Resources"] = {k: v for k, v in template["Resources"].items() if not k.startswith("Fn::ForEach::")}
 
 
 class Policies:  # the managed policies SAM may attach, instead of asking IAM for the list
@@ -184,6 +252,49 @@ def test_the_role_grants_only_the_template_statements(transformed: dict[str, Any
     assert [p["PolicyDocument"]["Statement"] for p in role["Policies"]] == [
         [s if c is None else {"Fn::If": [c, s, {"Ref": "AWS::NoValue"}]} for c, s in _statements_of(transformed)]
     ]
+
+
+# AWS::LanguageExtensions as SAM CLI implements it, with two other endpoints and one inference component.
+_EXPAND_LOOPS = """
+import json
+from samcli.lib.cfn_language_extensions.api import process_template
+from samcli.lib.cfn_language_extensions.models import PseudoParameterValues
+from samtranslator.yaml_helper import yaml_parse
+
+template = yaml_parse(open("template.yaml").read())
+expanded = process_template(
+    template,
+    {"ModelEndpointNames": ["llm-b", "llm-c"], "ModelInferenceComponentNames": ["qwen-ic"]},
+    PseudoParameterValues(region="us-east-1", account_id="123456789012", partition="aws"),
+)
+print(json.dumps(expanded))
+"""
+
+
+def test_the_listed_models_endpoints_become_one_exact_grant_each(sam: Path) -> None:
+    out = subprocess.run(
+        [str(sam.parent / "python"), "-c", _EXPAND_LOOPS],
+        cwd=ROOT,
+        env=SAM_ENV,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    expanded = json.loads(out.stdout)
+    grants = {k: v for k, v in expanded["Resources"].items() if v["Type"] == "AWS::IAM::RolePolicy"}
+    prefix = "arn:aws:sagemaker:us-east-1:123456789012:"
+    resources = {
+        name: [s["Resource"] for s in grant["Properties"]["PolicyDocument"]["Statement"]]
+        for name, grant in grants.items()
+    }
+    assert resources == {
+        "ModelEndpointGrantllmb": [f"{prefix}endpoint/llm-b"],
+        "ModelEndpointGrantllmc": [f"{prefix}endpoint/llm-c"],
+        "ModelInferenceComponentGrantqwenic": [f"{prefix}inference-component/qwen-ic"],
+    }
+    for grant in grants.values():
+        assert grant["Properties"]["RoleName"] == {"Ref": "SageStreamFunctionRole"}
 
 
 def _statements_of(transformed: dict[str, Any]) -> list[tuple[str | None, dict[str, Any]]]:

@@ -91,6 +91,18 @@ def test_a_preflight_from_an_allowed_origin_is_answered_before_the_function(stac
     assert stack.endpoint is not None and stack.endpoint.records == []
 
 
+def test_a_preflight_for_the_openai_js_sdks_headers_allows_every_one(stack_for: GetStack) -> None:
+    stack = stack_for(ALLOWED_ORIGINS=ORIGIN)
+    sdk = "authorization, content-type, x-stainless-lang, x-stainless-os, x-stainless-retry-count, openai-project"
+    resp = request(
+        stack.url,
+        "OPTIONS",
+        CHAT,
+        headers={"Origin": ORIGIN, "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": sdk},
+    )
+    assert resp.header("access-control-allow-headers") == sdk
+
+
 def test_a_preflight_from_another_origin_gets_no_cors_headers(stack_for: GetStack) -> None:
     stack = stack_for(ALLOWED_ORIGINS=ORIGIN)
     resp = request(
@@ -108,6 +120,8 @@ def test_streamed_responses_carry_the_allowed_origin(stack_for: GetStack) -> Non
     assert resp.status == 200 and resp.data_events()[-1] == "[DONE]"
     assert resp.header("access-control-allow-origin") == ORIGIN
     assert resp.header("vary") == "Origin"
+    exposed = {h.strip() for h in (resp.header("access-control-expose-headers") or "").split(",")}
+    assert {"x-request-id", "x-should-retry", "retry-after", "retry-after-ms"} <= exposed
     other = chat(stack, {"Origin": "https://evil.example"})
     assert other.header("access-control-allow-origin") is None
     assert chat(stack).header("access-control-allow-origin") is None, "no Origin, no CORS headers"

@@ -200,7 +200,7 @@ def test_a_failure_before_the_stream_is_logged_with_its_status_and_error(capture
     (errors,) = emf(lines, "UpstreamErrors")
     assert errors.data["ErrorType"] == "rate_limited" and metric(errors, "UpstreamErrors") == 1
     assert errors.data["_aws"]["CloudWatchMetrics"][0]["Dimensions"] == [
-        ["endpoint", "dialect", "ErrorType", "service"]
+        ["endpoint", "dialect", "model", "ErrorType", "service"]
     ]
 
 
@@ -215,8 +215,13 @@ def test_one_emf_record_per_invocation_with_the_streams_figures(captured: Captur
     blob = main.data
     (directive,) = blob["_aws"]["CloudWatchMetrics"]
     assert directive["Namespace"] == "sagestream"
-    assert directive["Dimensions"] == [["endpoint", "dialect", "service"]]
-    assert (blob["endpoint"], blob["dialect"], blob["service"]) == ("sagestream-sim", "openai", "sagestream")
+    assert directive["Dimensions"] == [["endpoint", "dialect", "model", "service"]]
+    assert (blob["endpoint"], blob["dialect"], blob["model"], blob["service"]) == (
+        "sagestream-sim",
+        "openai",
+        "sagestream-sim",
+        "sagestream",
+    )
     names = {m["Name"] for m in directive["Metrics"]}
     assert names == {
         "TimeToFirstToken",

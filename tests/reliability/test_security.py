@@ -374,6 +374,17 @@ def _strings(value: Any) -> Iterator[str]:
                 yield from _strings(item)
 
 
+def _resources(template: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every resource, those an ``Fn::ForEach`` loop (AWS::LanguageExtensions) makes included, as written."""
+    for name, resource in (template.get("Resources") or {}).items():
+        if name.startswith("Fn::ForEach::"):
+            _variable, _collection, made = resource
+            for made_name, made_resource in made.items():
+                yield f"{name}.{made_name}", made_resource
+        else:
+            yield name, resource
+
+
 def _statements(template: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
     def walk(value: Any, where: str) -> Iterator[tuple[str, dict[str, Any]]]:
         if isinstance(value, dict):
@@ -390,7 +401,7 @@ def _statements(template: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]
             for n, item in enumerate(value):
                 yield from walk(item, f"{where}[{n}]")
 
-    for name, resource in (template.get("Resources") or {}).items():
+    for name, resource in _resources(template):
         props = resource.get("Properties") or {}
         for key in ("Policies", "PolicyDocument", "AssumeRolePolicyDocument"):
             if key in props and key != "AssumeRolePolicyDocument":
@@ -419,7 +430,7 @@ def test_the_template_grants_no_wildcard_resource() -> None:
                 assert ":secretsmanager:" in resource and resource.endswith("-??????"), (where, resource)
                 assert resource.count("?") == 6, (where, resource)
     assert any(":endpoint/${EndpointName}" in g for g in grants), grants
-    for name, resource in (template.get("Resources") or {}).items():
+    for name, resource in _resources(template):
         for policy in (resource.get("Properties") or {}).get("Policies") or []:
             if isinstance(policy, str):
                 assert policy in MANAGED_ALLOWED, f"{name}: managed policy {policy} may grant wildcards"

@@ -231,3 +231,34 @@ def test_a_client_that_leaves_while_its_error_is_written_is_noted_not_raised(mon
     assert answer.closed
     [log] = [json.loads(line) for line in out.getvalue().splitlines() if '"message":"invocation"' in line]
     assert (log["status"], log["client_disconnected"]) == (415, True)
+
+
+# --- several models -----------------------------------------------------------------------------------
+
+TWO = json.dumps(
+    {"a": {"endpoint": "end-a"}, "b": {"endpoint": "end-b", "upstream_format": "tgi", "prompt_template": "chatml"}}
+)
+
+
+def test_each_model_is_listed_and_sent_to_its_own_endpoint_in_its_own_dialect() -> None:
+    upstream = Upstream()
+    handler = app.App(Config.from_env({"MODELS": TWO, "AUTH_MODE": "none"}), stubbed_client(upstream))
+    listed = json.loads(run(handler, "GET", "/v1/models").body)
+    assert [m["id"] for m in listed["data"]] == ["a", "b"]
+    assert json.loads(run(handler, "GET", "/v1/models/b").body)["id"] == "b"
+    run(handler, "POST", CHAT, {**ASK, "model": "b"})  # the stub speaks openai: only what it was sent counts
+    (_, url, _, body) = upstream.calls[-1]
+    assert "/endpoints/end-b/" in url and "inputs" in json.loads(body), "tgi's body, to end-b"
+    answer = json.loads(run(handler, "POST", CHAT, {**ASK, "model": "a"}).body)
+    assert answer["model"] == "a"
+    assert "/endpoints/end-a/" in upstream.calls[-1][1] and "messages" in json.loads(upstream.calls[-1][3])
+
+
+def test_without_a_model_one_model_serves_and_several_refuse_naming_model(open_app: Any) -> None:
+    assert run(open_app, "POST", CHAT, ASK).status == 200
+    several = app.App(Config.from_env({"MODELS": TWO, "AUTH_MODE": "none"}), stubbed_client(Upstream()))
+    refused = run(several, "POST", CHAT, ASK)
+    error = json.loads(refused.body)["error"]
+    assert refused.status == 400 and error["param"] == "model" and "a, b" in error["message"]
+    # A body that is not an object is the parser's to refuse, with its own words.
+    assert json.loads(run(several, "POST", CHAT, b"[1]").body)["error"]["param"] != "model"

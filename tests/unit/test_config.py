@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from sagestream.config import Config, ConfigError
@@ -67,3 +69,79 @@ def test_the_pad_minimum_is_the_encoders() -> None:
     event = ChunkEncoder(model="m", kind="completion", include_usage=False, pad_bytes=cfg.sse_pad_bytes)
     assert cfg.sse_pad_bytes == MIN_PAD_BYTES == 4
     assert event.encode(__import__("sagestream.dialects").dialects.Delta("x")).endswith(b":" + b" " + b"\n\n")
+
+
+# --- several models ---------------------------------------------------------------------------------------
+
+MODELS = '{"a": {"endpoint": "e-a"}, "b": {"endpoint": "e-b", "inference_component": "ic-b", "upstream_format": "lmi"}}'
+
+
+def test_models_fill_unset_keys_from_the_global_settings_but_not_the_inference_component() -> None:
+    cfg = Config.from_env(
+        {"MODELS": MODELS, "UPSTREAM_FORMAT": "tgi", "MAX_TOKENS_LIMIT": "99", "TARGET_VARIANT": "blue"}
+    )
+    assert cfg.model_ids == ("a", "b")
+    a, b = cfg.for_model("a"), cfg.for_model("b")
+    assert a is not None and b is not None
+    assert (a.endpoint_name, a.dialect, a.max_tokens_limit, a.target_variant, a.inference_component) == (
+        "e-a",
+        "tgi",
+        99,
+        "blue",
+        None,
+    )
+    assert (b.endpoint_name, b.dialect, b.inference_component) == ("e-b", "lmi", "ic-b")
+    assert (cfg.model_id, cfg.endpoint_name) == ("a", "e-a"), "the first model is the default"
+    assert cfg.for_model("c") is None
+
+
+def test_the_one_model_case_is_the_single_settings() -> None:
+    cfg = Config.from_env({**BASE, "MODEL_ID": "m"})
+    assert cfg.model_ids == ("m",) and cfg.for_model("m") is cfg and cfg.for_model("llm") is None
+
+
+def test_models_come_from_an_ssm_parameter_read_at_init() -> None:
+    asked: list[str] = []
+
+    def fetch(name: str) -> str:
+        asked.append(name)
+        return MODELS
+
+    cfg = Config.from_env({"MODELS_PARAMETER": "/sagestream/models"}, fetch_parameter=fetch)
+    assert asked == ["/sagestream/models"] and cfg.model_ids == ("a", "b")
+
+
+def test_an_unreadable_models_parameter_stops_init_naming_it() -> None:
+    def fetch(name: str) -> str:
+        raise RuntimeError("ParameterNotFound")
+
+    with pytest.raises(ConfigError, match="MODELS_PARAMETER='/missing' could not be read: ParameterNotFound"):
+        Config.from_env({"MODELS_PARAMETER": "/missing"}, fetch_parameter=fetch)
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"MODELS": "{"}, "MODELS is not JSON"),
+        ({"MODELS": "{}"}, "MODELS must be a non-empty JSON object"),
+        ({"MODELS": '["a"]'}, "MODELS must be a non-empty JSON object"),
+        ({"MODELS": '{"a": "e-a"}'}, "model 'a': must be an object"),
+        ({"MODELS": '{"a": {}}'}, "model 'a': key 'endpoint': Field required"),
+        ({"MODELS": '{"a": {"endpoint": "e", "max_tokens_limit": "9"}}'}, "model 'a': key 'max_tokens_limit'"),
+        ({"MODELS": '{"a": {"endpoint": "e", "upstream_format": "vllm"}}'}, "model 'a': key 'upstream_format'"),
+        ({"MODELS": '{"a": {"endpoint": "e", "prompt_template": "alpaca"}}'}, "model 'a': key 'prompt_template'"),
+        ({"MODELS": '{"a": {"endpoint": "e", "model": "x"}}'}, "model 'a': key 'model' is not a setting"),
+        ({"MODELS": '{" a": {"endpoint": "e"}}'}, "model id ' a' must be non-empty"),
+        ({"MODELS": MODELS, "MODELS_PARAMETER": "/p"}, "MODELS and MODELS_PARAMETER are exclusive"),
+        ({"MODELS": MODELS, "MODEL_ID": "m"}, "MODEL_ID is for one model"),
+        ({"MODELS": MODELS, "INFERENCE_COMPONENT_NAME": "ic"}, "INFERENCE_COMPONENT_NAME is for one model"),
+        ({"MODELS": MODELS, "SAGEMAKER_ENDPOINT_NAME": "e-z"}, "SAGEMAKER_ENDPOINT_NAME='e-z' is not the endpoint"),
+    ],
+)
+def test_a_bad_models_setting_is_refused_at_init_naming_the_model_and_key(env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        Config.from_env(env)
+
+
+def test_the_endpoint_name_may_name_one_of_the_models_endpoints() -> None:
+    assert Config.from_env({"MODELS": MODELS, "SAGEMAKER_ENDPOINT_NAME": "e-b"}).model_ids == ("a", "b")

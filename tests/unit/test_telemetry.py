@@ -119,6 +119,15 @@ def test_the_writer_puts_one_log_line_and_one_line_per_emf_record(monkeypatch: A
     assert any("_aws" in line and line.get("function_request_id") == "r-2" for line in lines)
 
 
+def test_the_served_model_is_a_dimension_and_in_the_log_record() -> None:
+    record = streamed()
+    record.model, record.endpoint, record.dialect = "qwen", "llm-b", "openai"
+    (main,) = build(record)
+    assert (main["model"], main["endpoint"], main["dialect"]) == ("qwen", "llm-b", "openai")
+    fields = invocation_fields(record, CONFIG, ended=1.0, cold_start=False)
+    assert (fields["model"], fields["endpoint"], fields["dialect"]) == ("qwen", "llm-b", "openai")
+
+
 def test_the_functions_own_cost_from_the_records_cpu_stamps_and_relay_times() -> None:
     record = StreamRecord(method="POST", path="/v1/chat/completions", kind="chat", streamed=True, started=10.0)
     record.started_cpu = 2.0

@@ -56,8 +56,16 @@ def test_each_upstream_failure_maps_to_its_status_and_code(exc: Exception, statu
     err = error_from(exc)
     assert (err.status, err.code) == (status, code)
     assert "123456789012" not in err.message and "arn:aws" not in err.message
+    # Every 429 and 5xx comes after botocore spent the budget: the SDKs are told not to multiply it.
+    expected = {"x-should-retry": "false"} if status == 429 or status >= 500 else {}
     if status == 429:
-        assert err.headers == {"Retry-After": "1"}
+        expected |= {"Retry-After": "1", "retry-after-ms": "1000"}
+    assert err.headers == expected
+
+
+def test_a_containers_own_refusal_leaves_the_retry_decision_to_the_client() -> None:
+    err = error_from(client_error("ModelError", 424, "x", OriginalStatusCode=400, OriginalMessage="bad"))
+    assert err.status == 400 and "x-should-retry" not in err.headers
 
 
 def test_a_model_error_carries_the_containers_message() -> None:
