@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 
 import pytest
 from tests.browser.test_chat_page import CHROMIUM, Server, browser, start_server, stop_server
+from tests.prerequisites import unavailable
 
 __all__ = ["browser"]  # the shared Chromium fixture
 
@@ -29,11 +30,17 @@ KEY = "sk-browser-sdk"
 pytestmark = [
     pytest.mark.browser,
     pytest.mark.timeout(90),
-    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian chromium not installed (apt-get install chromium)"),
-    pytest.mark.skipif(
-        not (SDK / "index.mjs").exists(), reason="tests/node/node_modules is missing: `make test` installs it (npm ci)"
-    ),
 ]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _prerequisites() -> None:
+    # Module scope: checked before the module-scoped fixtures that launch the browser.
+    if not Path(CHROMIUM).exists():
+        unavailable("Debian chromium not installed (apt-get install chromium)")
+    if not (SDK / "index.mjs").exists():
+        unavailable("tests/node/node_modules is missing: `make test` installs it (npm ci)")
+
 
 # The page: the SDK from /openai/, a streamed chat against the function's URL (given in the page's query).
 PAGE = """<!doctype html><meta charset="utf-8"><title>sdk page</title>

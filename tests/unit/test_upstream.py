@@ -207,10 +207,12 @@ def test_an_unknown_exception_is_a_500_that_says_nothing_of_it() -> None:
 # --- the deadline while streaming ------------------------------------------------------------------------------
 
 
-def stream_of(frames: list[bytes], deadline: float | None) -> PayloadParts:
+def stream_of(frames: list[bytes], seconds_left: float | None) -> PayloadParts:
+    """The frames as an open stream whose deadline is ``seconds_left`` from now (the client is built first)."""
     upstream = Upstream(override=lambda op, _: event_stream_response(frames))
     client = stubbed_client(upstream)
     body = client.invoke_endpoint_with_response_stream(EndpointName="e", Body=b"{}", ContentType="application/json")
+    deadline = None if seconds_left is None else time.monotonic() + seconds_left
     return PayloadParts(body["Body"], deadline=deadline)
 
 
@@ -218,16 +220,16 @@ def test_parts_before_the_deadline_pass_and_the_deadline_is_raised_at_the_next_r
     frames = [payload_part_frame(b"data: [DONE]\n\n")] * 3
     got = []
     with pytest.raises(DeadlineReached):
-        for part in stream_of(frames, deadline=time.monotonic() + 0.05):
+        for part in stream_of(frames, seconds_left=0.5):
             got.append(part)
-            time.sleep(0.06)
+            time.sleep(0.7)
     assert got == [b"data: [DONE]\n\n"]
 
 
 def test_no_deadline_or_a_far_one_changes_nothing() -> None:
     frames = [payload_part_frame(b"x")] * 3
-    assert list(stream_of(frames, deadline=None)) == [b"x"] * 3
-    assert list(stream_of(frames, deadline=time.monotonic() + 60)) == [b"x"] * 3
+    assert list(stream_of(frames, seconds_left=None)) == [b"x"] * 3
+    assert list(stream_of(frames, seconds_left=60)) == [b"x"] * 3
 
 
 @pytest.mark.parametrize("call", [open_stream, invoke], ids=["stream", "whole"])
