@@ -16,6 +16,7 @@ from sagestream_local.stack import LocalStack
 from tests.client import request
 from tests.e2e.conftest import GetStack
 from tests.e2e.test_telemetry import Captured, _captured, emf, logs
+from tests.prerequisites import unavailable
 
 openai = pytest.importorskip("openai")
 
@@ -166,7 +167,7 @@ try {
 
 def test_the_node_sdk_is_held_to_the_same_budget(stack_for: GetStack) -> None:
     if not (NODE_DIR / "node_modules" / "openai").is_dir():
-        pytest.skip("tests/node/node_modules is missing: `make test` installs the openai npm package there")
+        unavailable("tests/node/node_modules is missing: `make test` installs the openai npm package there")
     stack = stack_for(UPSTREAM_MAX_ATTEMPTS="3")
     assert stack.endpoint is not None
     stack.endpoint.set_scenario(fault="throttling")

@@ -27,7 +27,14 @@ def make(**env: str) -> tuple[Any, Upstream]:
 
 
 def run(
-    handler: Any, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None
+    handler: Any,
+    method: str,
+    path: str,
+    body: Any = None,
+    headers: dict[str, str] | None = None,
+    *,
+    stream: RecordingStream | None = None,
+    seconds_left: float = 60.0,
 ) -> RecordingStream:
     raw = body if isinstance(body, bytes) else json.dumps(body).encode() if body is not None else b""
     event = build_event(
@@ -38,10 +45,25 @@ def run(
         body=raw,
         source_ip="127.0.0.1",
     )
-    stream = RecordingStream()
-    handler(event, stream, context())
+    stream = stream or RecordingStream()
+    handler(event, stream, context(seconds_left))
     assert stream.closed
     return stream
+
+
+def logged(service: str, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Upstream, io.StringIO]:
+    """An app whose log records and metrics go to the returned buffer."""
+    # A service of its own: Powertools gives a logger that already has a handler no second one.
+    monkeypatch.setenv("POWERTOOLS_SERVICE_NAME", service)
+    out = io.StringIO()
+    config = Config.from_env({"SAGEMAKER_ENDPOINT_NAME": "unit-llm", "AUTH_MODE": "none"})
+    upstream = Upstream()
+    return app.App(config, stubbed_client(upstream), telemetry=Telemetry(config, out=out)), upstream, out
+
+
+def invocation_log(out: io.StringIO) -> Any:
+    [log] = [json.loads(line) for line in out.getvalue().splitlines() if '"message":"invocation"' in line]
+    return log
 
 
 @pytest.fixture(scope="module")
@@ -161,23 +183,10 @@ class StalledReader(RecordingStream):
 def test_a_caller_that_stops_reading_ends_the_invocation_as_a_deadline_stop_with_its_record(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # A service of its own: Powertools gives a logger that already has a handler no second one.
-    monkeypatch.setenv("POWERTOOLS_SERVICE_NAME", "unit-stalled-reader")
-    out = io.StringIO()
-    config = Config.from_env({"SAGEMAKER_ENDPOINT_NAME": "unit-llm", "AUTH_MODE": "none"})
-    handler = app.App(config, stubbed_client(Upstream()), telemetry=Telemetry(config, out=out))
-    event = build_event(
-        method="POST",
-        raw_path=CHAT,
-        raw_query="",
-        headers=[("content-type", "application/json")],
-        body=json.dumps({**ASK, "stream": True}).encode(),
-        source_ip="127.0.0.1",
-    )
-    stream = StalledReader()
-    handler(event, stream, context())
-    assert stream.closed and len(stream.writes) == 1
-    [log] = [json.loads(line) for line in out.getvalue().splitlines() if '"message":"invocation"' in line]
+    handler, _, out = logged("unit-stalled-reader", monkeypatch)
+    stream = run(handler, "POST", CHAT, {**ASK, "stream": True}, stream=StalledReader())
+    assert len(stream.writes) == 1
+    log = invocation_log(out)
     assert (log["error_code"], log["deadline_stop"], log["client_disconnected"]) == ("deadline_exceeded", True, False)
 
 
@@ -185,25 +194,11 @@ def test_a_caller_that_stops_reading_ends_the_invocation_as_a_deadline_stop_with
 def test_a_request_with_too_little_time_left_is_a_504_deadline_stop_and_the_endpoint_is_not_called(
     stream: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("POWERTOOLS_SERVICE_NAME", f"unit-out-of-time-{stream}")  # a logger of its own
-    out = io.StringIO()
-    config = Config.from_env({"SAGEMAKER_ENDPOINT_NAME": "unit-llm", "AUTH_MODE": "none"})
-    upstream = Upstream()
-    handler = app.App(config, stubbed_client(upstream), telemetry=Telemetry(config, out=out))
-    event = build_event(
-        method="POST",
-        raw_path=CHAT,
-        raw_query="",
-        headers=[("content-type", "application/json")],
-        body=json.dumps({**ASK, "stream": stream}).encode(),
-        source_ip="127.0.0.1",
-    )
-    answer = RecordingStream()
-    handler(event, answer, context(seconds=1.0))  # less than the 3 s margin
+    handler, upstream, out = logged(f"unit-out-of-time-{stream}", monkeypatch)
+    answer = run(handler, "POST", CHAT, {**ASK, "stream": stream}, seconds_left=1.0)  # less than the 3 s margin
     assert answer.status == 504 and json.loads(answer.body)["error"]["code"] == "deadline_exceeded"
     assert upstream.calls == []
-    [log] = [json.loads(line) for line in out.getvalue().splitlines() if '"message":"invocation"' in line]
-    assert log["deadline_stop"] is True
+    assert invocation_log(out)["deadline_stop"] is True
 
 
 class GoneBeforeTheError(RecordingStream):
@@ -214,51 +209,7 @@ class GoneBeforeTheError(RecordingStream):
 
 
 def test_a_client_that_leaves_while_its_error_is_written_is_noted_not_raised(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("POWERTOOLS_SERVICE_NAME", "unit-gone-before-error")
-    out = io.StringIO()
-    config = Config.from_env({"SAGEMAKER_ENDPOINT_NAME": "unit-llm", "AUTH_MODE": "none"})
-    handler = app.App(config, stubbed_client(Upstream()), telemetry=Telemetry(config, out=out))
-    event = build_event(
-        method="POST",
-        raw_path=CHAT,
-        raw_query="",
-        headers=[("content-type", "text/plain")],
-        body=b"x",
-        source_ip="127.0.0.1",
-    )
-    answer = GoneBeforeTheError()
-    handler(event, answer, context())  # raises nothing
-    assert answer.closed
-    [log] = [json.loads(line) for line in out.getvalue().splitlines() if '"message":"invocation"' in line]
+    handler, _, out = logged("unit-gone-before-error", monkeypatch)
+    run(handler, "POST", CHAT, b"x", {"content-type": "text/plain"}, stream=GoneBeforeTheError())  # raises nothing
+    log = invocation_log(out)
     assert (log["status"], log["client_disconnected"]) == (415, True)
-
-
-# --- several models -----------------------------------------------------------------------------------
-
-TWO = json.dumps(
-    {"a": {"endpoint": "end-a"}, "b": {"endpoint": "end-b", "upstream_format": "tgi", "prompt_template": "chatml"}}
-)
-
-
-def test_each_model_is_listed_and_sent_to_its_own_endpoint_in_its_own_dialect() -> None:
-    upstream = Upstream()
-    handler = app.App(Config.from_env({"MODELS": TWO, "AUTH_MODE": "none"}), stubbed_client(upstream))
-    listed = json.loads(run(handler, "GET", "/v1/models").body)
-    assert [m["id"] for m in listed["data"]] == ["a", "b"]
-    assert json.loads(run(handler, "GET", "/v1/models/b").body)["id"] == "b"
-    run(handler, "POST", CHAT, {**ASK, "model": "b"})  # the stub speaks openai: only what it was sent counts
-    (_, url, _, body) = upstream.calls[-1]
-    assert "/endpoints/end-b/" in url and "inputs" in json.loads(body), "tgi's body, to end-b"
-    answer = json.loads(run(handler, "POST", CHAT, {**ASK, "model": "a"}).body)
-    assert answer["model"] == "a"
-    assert "/endpoints/end-a/" in upstream.calls[-1][1] and "messages" in json.loads(upstream.calls[-1][3])
-
-
-def test_without_a_model_one_model_serves_and_several_refuse_naming_model(open_app: Any) -> None:
-    assert run(open_app, "POST", CHAT, ASK).status == 200
-    several = app.App(Config.from_env({"MODELS": TWO, "AUTH_MODE": "none"}), stubbed_client(Upstream()))
-    refused = run(several, "POST", CHAT, ASK)
-    error = json.loads(refused.body)["error"]
-    assert refused.status == 400 and error["param"] == "model" and "a, b" in error["message"]
-    # A body that is not an object is the parser's to refuse, with its own words.
-    assert json.loads(run(several, "POST", CHAT, b"[1]").body)["error"]["param"] != "model"
