@@ -2,8 +2,12 @@
 // Reads SAGESTREAM_BASE_URL and SAGESTREAM_MODEL; prints what the client saw as one JSON line.
 import OpenAI from "openai";
 
+// Tests send to loopback only: without this, a missing variable would make the SDK call its default host.
+const baseURL = process.env.SAGESTREAM_BASE_URL;
+if (!baseURL || !baseURL.startsWith("http://127.0.0.1:")) throw new Error(`not a loopback URL: ${baseURL}`);
+
 const client = new OpenAI({
-  baseURL: process.env.SAGESTREAM_BASE_URL,
+  baseURL,
   apiKey: "unused",
   maxRetries: 0,
 });
