@@ -361,8 +361,8 @@ def test_a_failure_after_the_first_byte_is_sent_as_base64_trailers() -> None:
     assert json.loads(base64.b64decode(value))["errorType"] == "KeyError"
 
 
-def test_a_dropped_runtime_api_connection_raises_client_disconnected() -> None:
-    api = _BareRuntimeAPI({}, drop_after_bytes=0)
+def _write_until_gone(api: _BareRuntimeAPI, *, chunk: int) -> list[BaseException]:
+    """One invocation that writes ``chunk`` bytes every 5 ms (200 times); what it caught when the caller left."""
     client = RuntimeAPIClient(api.address)
     seen: list[BaseException] = []
 
@@ -370,12 +370,17 @@ def test_a_dropped_runtime_api_connection_raises_client_disconnected() -> None:
         try:
             stream.start(200, {})
             for _ in range(200):
-                stream.write(b"y" * 1024)
+                stream.write(b"y" * chunk)
                 time.sleep(0.005)
         except ClientDisconnected as e:
             seen.append(e)
 
     invoke(client, handler, client.next_invocation())
+    return seen
+
+
+def test_a_dropped_runtime_api_connection_raises_client_disconnected() -> None:
+    seen = _write_until_gone(_BareRuntimeAPI({}, drop_after_bytes=0), chunk=1024)
     assert len(seen) == 1
 
 
@@ -486,19 +491,7 @@ def test_an_early_error_answer_ends_the_stream_and_says_what_it_said(capsys: pyt
 
 def test_after_an_early_2xx_the_connection_closing_is_the_caller_gone() -> None:
     api = _BareRuntimeAPI({}, early=b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n", drop_after_bytes=400)
-    client = RuntimeAPIClient(api.address)
-    seen: list[BaseException] = []
-
-    def handler(event, stream, context):
-        try:
-            stream.start(200, {})
-            for _ in range(200):
-                stream.write(b"y" * 64)
-                time.sleep(0.005)
-        except ClientDisconnected as e:
-            seen.append(e)
-
-    invoke(client, handler, client.next_invocation())
+    seen = _write_until_gone(api, chunk=64)
     assert len(seen) == 1 and not isinstance(seen[0], ResponseRefused)
 
 
