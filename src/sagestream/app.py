@@ -43,6 +43,7 @@ from importlib import resources
 from typing import Any
 
 from sagestream import dialects, upstream
+from sagestream.apis import CHAT, COMPLETIONS, ClientAPI, Parsed
 from sagestream.auth import Authenticator, requires_key
 from sagestream.config import Config
 from sagestream.dialects import Delta
@@ -51,11 +52,7 @@ from sagestream.function_url import event_body, media_type
 from sagestream.record import StreamRecord
 from sagestream.relay import relay
 from sagestream.runtime import ClientDisconnected, LambdaContext, ResponseStream, WriteTimedOut
-
-# The request models load at init: the first request after a cold start is a completion and needs them;
-# deferring them moved ~100 ms onto that request's first token (and off provisioned concurrency's init).
-from sagestream.schema import ChatCompletionRequest, CompletionRequest, parse_chat, parse_completion
-from sagestream.sse import ChunkEncoder, Kind, completion_json, error_event
+from sagestream.sse import StreamEncoder, error_event
 from sagestream.telemetry import Telemetry, prompt_of
 
 __all__ = ["App", "Call", "Request", "Route", "Writer", "handler"]
@@ -119,6 +116,8 @@ class Writer:
         self.stream = stream
         self.request_id = request_id
         self.head = head
+        # The route's client API sets its own error shape (Anthropic's on /v1/messages); OpenAI's otherwise.
+        self.error_body: Callable[[APIError], bytes] = APIError.json_bytes
 
     @property
     def started(self) -> bool:
@@ -137,7 +136,7 @@ class Writer:
 
     def error(self, err: APIError) -> None:
         """An error before the first byte: its status, its headers, OpenAI's body."""
-        self.write(err.json_bytes(), err.status, {**JSON_HEADERS, **{k.lower(): v for k, v in err.headers.items()}})
+        self.write(self.error_body(err), err.status, {**JSON_HEADERS, **{k.lower(): v for k, v in err.headers.items()}})
 
 
 @dataclass(slots=True)
@@ -148,20 +147,22 @@ class Call:
     writer: Writer
     context: LambdaContext
     record: StreamRecord
+    encoder: StreamEncoder | None = None  # a streamed answer's, once it is made: it writes errors after the start
 
 
 RouteHandler = Callable[["App", Call], None]
-RequestParser = Callable[..., ChatCompletionRequest | CompletionRequest]
 
 
 @dataclass(frozen=True, slots=True)
 class Route:
-    """One path: the methods it answers (``HEAD`` with every ``GET``), its handler, and whether it needs a key."""
+    """One path: the methods it answers (``HEAD`` with every ``GET``), its handler, whether it needs a key, and
+    the client API whose error shape its refusals take (OpenAI's when ``None``)."""
 
     path: str
     methods: tuple[str, ...]
     handler: RouteHandler
     keyed: bool = False
+    api: ClientAPI | None = None
 
     def __post_init__(self) -> None:
         if "GET" in self.methods and "HEAD" not in self.methods:
@@ -179,13 +180,8 @@ class App:
         self.telemetry = telemetry or Telemetry(config)
         self.auth = auth or Authenticator(config)
         routes = [
-            Route("/v1/chat/completions", ("POST",), partial(App._complete, parse=parse_chat, kind="chat"), keyed=True),
-            Route(
-                "/v1/completions",
-                ("POST",),
-                partial(App._complete, parse=parse_completion, kind="completion"),
-                keyed=True,
-            ),
+            *self._completion_routes("/v1/chat/completions", CHAT),
+            *self._completion_routes("/v1/completions", COMPLETIONS),
             Route("/v1/models", ("GET",), App._models, keyed=True),
             *(Route(f"/v1/models/{model_id}", ("GET",), App._model, keyed=True) for model_id in config.model_ids),
             Route("/health", ("GET",), App._health),
@@ -193,6 +189,11 @@ class App:
         if config.serve_ui:
             routes += [Route("/", ("GET",), App._page), Route("/index.html", ("GET",), App._page)]
         self.routes: dict[str, Route] = {route.path: route for route in routes}
+
+    @staticmethod
+    def _completion_routes(path: str, api: ClientAPI) -> list[Route]:
+        """The route of a client API: one keyed ``POST`` that runs :meth:`_complete` with it."""
+        return [Route(path, ("POST",), partial(App._complete, api=api), keyed=True, api=api)]
 
     def __call__(self, event: dict[str, Any], stream: ResponseStream, context: LambdaContext) -> None:
         arrived, arrived_cpu = time.monotonic(), time.process_time()  # before any work on the event
@@ -234,6 +235,8 @@ class App:
         request = call.request
         path = request.path.rstrip("/") or "/"
         route = self.routes.get(path)
+        if route is not None and route.api is not None:
+            call.writer.error_body = route.api.error_body  # refusals from here on take the route's shape
         # Unknown /v1 paths need the key too: without it nobody learns which routes exist.
         if route.keyed if route is not None else requires_key(path):
             self.auth.check(request.headers)
@@ -259,7 +262,7 @@ class App:
         call.record.fail(err)
         try:
             if call.writer.started:
-                call.writer.write(error_event(err))
+                call.writer.write(call.encoder.error(err) if call.encoder is not None else error_event(err))
             else:
                 call.writer.error(err)
         except ClientDisconnected:
@@ -332,22 +335,18 @@ class App:
             )
         return target
 
-    def _complete(self, call: Call, *, parse: RequestParser, kind: Kind) -> None:
-        """Both completion routes: ``parse`` reads the request, ``kind`` shapes the answer, whole or streamed."""
+    def _complete(self, call: Call, *, api: ClientAPI) -> None:
+        """Every completion route: ``api`` reads the request and writes the answer, whole or streamed."""
         record = call.record
-        record.kind = kind
+        record.kind = api.kind
         raw = self._body(call.request)
         # The model first: its own max_tokens_limit is what the request is checked against. A body that is
         # not an object, or a model that is not a string, is the parser's to refuse by name.
         readable, model = _model_named(raw)
         cfg = self._target(model) if readable else self.config
         record.model, record.endpoint, record.dialect = cfg.model_id, cfg.endpoint_name, cfg.dialect
-        req = parse(
-            raw,
-            max_tokens_limit=cfg.max_tokens_limit,
-            extra_fields=cfg.extra_request_fields,
-            max_prompt_chars=cfg.max_prompt_chars,
-        )
+        parsed = api.parse(raw, cfg)
+        req = parsed.request
         record.streamed = bool(req.stream)
         body = dialects.upstream_body(
             cfg.dialect,
@@ -359,41 +358,36 @@ class App:
         payload = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
         with self.telemetry.upstream(record):  # the trace subsegment ends with the stream
             if req.stream:
-                self._stream(call, cfg, req, payload, kind)
+                self._stream(call, cfg, api, parsed, payload)
             else:
-                self._whole(call, cfg, req, payload, kind)
+                self._whole(call, cfg, api, parsed, payload)
 
     def _deadline(self, call: Call) -> float:
         """When the answer must have ended (a :func:`time.monotonic` value): the margin before Lambda's own."""
         return time.monotonic() + (call.context.get_remaining_time_in_millis() - self.config.deadline_margin_ms) / 1000
 
-    def _whole(
-        self, call: Call, cfg: Config, req: ChatCompletionRequest | CompletionRequest, payload: bytes, kind: Kind
-    ) -> None:
+    def _whole(self, call: Call, cfg: Config, api: ClientAPI, parsed: Parsed, payload: bytes) -> None:
         try:
             body = upstream.invoke(self.client, cfg, payload, deadline=self._deadline(call))
-            answer = dialects.decode_body(cfg.dialect, body, req)
+            answer = dialects.decode_body(cfg.dialect, body, parsed.request)
         except (dialects.DecodeError, dialects.UpstreamStreamError) as exc:
             raise upstream.error_from(exc) from exc
         if not answer.finish_reason:
             answer = replace(answer, finish_reason="stop")  # keeps tool calls, reasoning, logprobs
-        data = completion_json(answer, model=cfg.model_id, kind=kind)
+        data = api.whole(answer, parsed, cfg)
         call.record.wrote(answer, b"")  # a whole answer has no first delta or cadence
         call.writer.write(data)
 
-    def _stream(
-        self, call: Call, cfg: Config, req: ChatCompletionRequest | CompletionRequest, payload: bytes, kind: Kind
-    ) -> None:
+    def _stream(self, call: Call, cfg: Config, api: ClientAPI, parsed: Parsed, payload: bytes) -> None:
         """Open the upstream stream and write each delta the moment it is decoded."""
         record, writer = call.record, call.writer
         parts = upstream.open_stream(self.client, cfg, payload, deadline=self._deadline(call))
-        encoder = ChunkEncoder(
-            model=cfg.model_id, kind=kind, include_usage=req.include_usage, pad_bytes=cfg.sse_pad_bytes
-        )
+        encoder = call.encoder = api.encoder(parsed, cfg)
         # Closed at once however the loop ends (a client gone raises out of the write): the endpoint stops
         # generating for nobody.
         with parts:
-            for item, data in relay(_timed(parts, record), dialects.stream_decoder(cfg.dialect, req), encoder):
+            decoder = dialects.stream_decoder(cfg.dialect, parsed.request)
+            for item, data in relay(_timed(parts, record), decoder, encoder):
                 if isinstance(item, APIError):
                     record.fail(item)
                     logger.warning("stream ended by an upstream failure: %s", item.message)

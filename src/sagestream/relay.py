@@ -1,7 +1,8 @@
 """The pump: PayloadPart bytes in, ``(delta, bytes)`` out. No I/O, no clock, no invocation record.
 
 One streamed answer goes PayloadPart bytes → :class:`~sagestream.lines.LineSplitter` → SSE line →
-dialect decoder → :class:`~sagestream.dialects.Delta` → :class:`~sagestream.sse.ChunkEncoder` → bytes.
+dialect decoder → :class:`~sagestream.dialects.Delta` → the client API's
+:class:`~sagestream.sse.StreamEncoder` (:class:`~sagestream.sse.ChunkEncoder` for OpenAI's) → bytes.
 :func:`relay` is that path as a generator: it yields each delta with its bytes the moment the part that
 completed it has been split and decoded, before it asks for the next part (invariant 1 of the README's
 "Architecture" section); whoever iterates writes the bytes and notes the delta. The bytes may be empty:
@@ -11,8 +12,9 @@ Faults are stream items (as in aws-lambda-rust-runtime): any exception out of th
 failure, :class:`~sagestream.upstream.DeadlineReached`) or out of the parsers becomes an
 :class:`~sagestream.errors.APIError` through :func:`~sagestream.upstream.error_from`. Before any bytes
 were yielded it is raised, so the caller can still answer with its HTTP status. After, it is yielded as
-``(err, error_event)`` and the generator ends: the stream closes without ``[DONE]`` (invariant 6). A
-deadline first closes the answer with ``finish_reason: "length"``: the client knows it was cut.
+``(err, encoder.error(err))`` and the generator ends: the stream closes without its normal end (``[DONE]``
+in OpenAI's format; invariant 6). A deadline first closes the answer with ``finish_reason: "length"``: the
+client knows it was cut.
 
 A good end yields a last chunk with ``finish_reason: "stop"`` when the container never gave one, then
 ``(None, b"data: [DONE]\\n\\n")`` (with the usage chunk before it when asked for).
@@ -41,7 +43,7 @@ from collections.abc import Iterable, Iterator
 from sagestream.dialects import Delta, StreamDecoder
 from sagestream.errors import DEADLINE_EXCEEDED, APIError
 from sagestream.lines import LineSplitter, decode_line, sse_data
-from sagestream.sse import ChunkEncoder, error_event
+from sagestream.sse import StreamEncoder
 from sagestream.upstream import error_from
 
 __all__ = ["Item", "relay"]
@@ -51,7 +53,7 @@ Item = tuple[Delta | APIError | None, bytes]
 SSE error event, last."""
 
 
-def relay(parts: Iterable[bytes], decoder: StreamDecoder, encoder: ChunkEncoder) -> Iterator[Item]:
+def relay(parts: Iterable[bytes], decoder: StreamDecoder, encoder: StreamEncoder) -> Iterator[Item]:
     """The SSE bytes of one streamed answer, delta by delta, from the PayloadParts that carry it."""
     sent = False  # were any bytes yielded: then the response has started and faults travel in it
     finished = False  # did a delta say why the answer ended
@@ -76,7 +78,7 @@ def relay(parts: Iterable[bytes], decoder: StreamDecoder, encoder: ChunkEncoder)
         if err.code == DEADLINE_EXCEEDED:
             cut = Delta(finish_reason="length")
             yield cut, encoder.encode(cut)
-        yield err, error_event(err)
+        yield err, encoder.error(err)
         return
     if not finished:
         # The container ended without saying why; a client still needs a last chunk that does.
@@ -85,7 +87,7 @@ def relay(parts: Iterable[bytes], decoder: StreamDecoder, encoder: ChunkEncoder)
     yield None, encoder.done()
 
 
-def _deltas(line: bytes, decoder: StreamDecoder, encoder: ChunkEncoder) -> Iterator[tuple[Delta, bytes]]:
+def _deltas(line: bytes, decoder: StreamDecoder, encoder: StreamEncoder) -> Iterator[tuple[Delta, bytes]]:
     data = sse_data(decode_line(line))
     if data is None:
         return

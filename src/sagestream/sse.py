@@ -37,12 +37,12 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from sagestream.dialects import Delta, Usage
 from sagestream.errors import APIError
 
-__all__ = ["DONE", "MIN_PAD_BYTES", "ChunkEncoder", "Kind", "completion_json", "error_event"]
+__all__ = ["DONE", "MIN_PAD_BYTES", "ChunkEncoder", "Kind", "StreamEncoder", "completion_json", "error_event"]
 
 Kind = Literal["chat", "completion"]
 
@@ -73,6 +73,25 @@ def error_event(err: APIError) -> bytes:
     b'data: {"error":{"message":"model '
     """
     return b"data: " + err.json_bytes() + b"\n\n"
+
+
+class StreamEncoder(Protocol):
+    """What :func:`sagestream.relay.relay` needs of a client API's streamed format: one encoder per response.
+
+    Each method returns the bytes of one write (several SSE events may share it) and writes nothing.
+    """
+
+    def encode(self, delta: Delta) -> bytes:
+        """The events for ``delta``; empty bytes if it carries nothing to send now."""
+        ...
+
+    def done(self) -> bytes:
+        """The normal end of the stream (after the delta that carried the finish reason)."""
+        ...
+
+    def error(self, err: APIError) -> bytes:
+        """The API's one error event after the first byte; nothing normal follows it (invariant 6)."""
+        ...
 
 
 def _usage(usage: Usage) -> dict[str, Any]:
@@ -197,6 +216,10 @@ class ChunkEncoder:
         if self.include_usage and self.usage is not None:
             return _event(self._chunk([], self.usage)) + DONE
         return DONE
+
+    def error(self, err: APIError) -> bytes:
+        """OpenAI's error shape as one ``data:`` event: :func:`error_event`."""
+        return error_event(err)
 
     def _chunk(self, choices: list[dict[str, Any]], usage: Usage | None) -> dict[str, Any]:
         chunk: dict[str, Any] = {

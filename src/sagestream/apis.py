@@ -1,0 +1,113 @@
+"""The client APIs a completion route speaks: how its request reads and how its answers and errors are written.
+
+Every completion route runs the same pipeline (:meth:`sagestream.app.App._complete`): the body is read
+into a *chat-shaped* request (:class:`~sagestream.schema.ChatCompletionRequest` or
+:class:`~sagestream.schema.CompletionRequest`), which the dialects turn into the container's body and
+whose deltas :func:`sagestream.relay.relay` decodes; what differs between APIs is only at the edges:
+
+- :meth:`ClientAPI.parse`: the API's own request model, read and translated into the chat-shaped request
+  (:class:`Parsed` keeps both: the encoder may need the original, to echo it);
+- :meth:`ClientAPI.encoder`: the :class:`~sagestream.sse.StreamEncoder` of a streamed answer;
+- :meth:`ClientAPI.whole`: the bytes of a whole (non-streamed) answer;
+- :meth:`ClientAPI.error_body`: an error before the first byte, in the API's error shape.
+
+A new client API is one more :class:`ClientAPI` and one more route in ``app``, never a second relay loop.
+
+Environment variables read: none.
+
+Example::
+
+    >>> CHAT.kind, COMPLETIONS.kind
+    ('chat', 'completion')
+    >>> CHAT.error_body(APIError.invalid_request("bad", param="messages"))[:31]
+    b'{"error":{"message":"bad","type'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from sagestream.dialects import Delta
+from sagestream.errors import APIError
+
+# The request models load at init: the first request after a cold start is a completion and needs them;
+# deferring them moved ~100 ms onto that request's first token (and off provisioned concurrency's init).
+from sagestream.schema import ChatCompletionRequest, CompletionRequest, parse_chat, parse_completion
+from sagestream.sse import ChunkEncoder, Kind, StreamEncoder, completion_json
+
+if TYPE_CHECKING:
+    from sagestream.config import Config
+
+__all__ = ["CHAT", "COMPLETIONS", "ClientAPI", "OpenAICompletions", "Parsed"]
+
+
+@dataclass(frozen=True, slots=True)
+class Parsed:
+    """A request as the pipeline needs it: the chat-shaped ``request`` the dialects speak, and the API's own
+    ``original`` request model (the same object for the OpenAI routes)."""
+
+    request: ChatCompletionRequest | CompletionRequest
+    original: Any
+
+    @property
+    def stream(self) -> bool:
+        return bool(self.request.stream)
+
+
+class ClientAPI(Protocol):
+    """One client API over the one pipeline."""
+
+    @property
+    def kind(self) -> str:
+        """The log record's ``kind``: ``chat``, ``completion``, ... ."""
+        ...
+
+    def parse(self, raw: bytes, cfg: Config) -> Parsed:
+        """The body read into the API's request model and translated; :class:`APIError` (400) naming the field
+        at fault otherwise."""
+        ...
+
+    def encoder(self, parsed: Parsed, cfg: Config) -> StreamEncoder:
+        """The encoder of one streamed answer to ``parsed``."""
+        ...
+
+    def whole(self, answer: Delta, parsed: Parsed, cfg: Config) -> bytes:
+        """The body of a whole answer to ``parsed``; ``answer`` always has a ``finish_reason``."""
+        ...
+
+    def error_body(self, err: APIError) -> bytes:
+        """``err`` as this API's error body, for an error before the first byte."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class OpenAICompletions:
+    """OpenAI's ``/v1/chat/completions`` (``kind="chat"``) or ``/v1/completions`` (``kind="completion"``)."""
+
+    kind: Kind
+
+    def parse(self, raw: bytes, cfg: Config) -> Parsed:
+        parse = parse_chat if self.kind == "chat" else parse_completion
+        request = parse(
+            raw,
+            max_tokens_limit=cfg.max_tokens_limit,
+            extra_fields=cfg.extra_request_fields,
+            max_prompt_chars=cfg.max_prompt_chars,
+        )
+        return Parsed(request, request)
+
+    def encoder(self, parsed: Parsed, cfg: Config) -> StreamEncoder:
+        return ChunkEncoder(
+            model=cfg.model_id, kind=self.kind, include_usage=parsed.request.include_usage, pad_bytes=cfg.sse_pad_bytes
+        )
+
+    def whole(self, answer: Delta, parsed: Parsed, cfg: Config) -> bytes:
+        return completion_json(answer, model=cfg.model_id, kind=self.kind)
+
+    def error_body(self, err: APIError) -> bytes:
+        return err.json_bytes()
+
+
+CHAT = OpenAICompletions("chat")
+COMPLETIONS = OpenAICompletions("completion")

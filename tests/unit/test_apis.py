@@ -1,0 +1,117 @@
+"""The client-API seam: a route's API reads the request and writes its answers and errors, over the one pipeline.
+
+A made-up API (``Bracketed``) stands in for a second client protocol: its refusals, its streamed events, its
+error event after the first byte and its whole answer must each reach the client in its own format, while the
+OpenAI routes keep theirs.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from sagestream.apis import CHAT, COMPLETIONS, Parsed
+from sagestream.config import Config
+from sagestream.dialects import Delta
+from sagestream.errors import APIError
+from sagestream_local.endpoint import Scenario, exception_frame, payload_part_frame
+from tests.fakes import Upstream, event_stream_response, load_app, stubbed_client
+from tests.unit.test_app import run
+
+app = load_app()
+
+
+@dataclass
+class BracketEncoder:
+    """Each text delta as ``[text]``, the end as ``<end>``, an error as ``<error:code>``."""
+
+    wrote: list[str] = field(default_factory=list)
+
+    def encode(self, delta: Delta) -> bytes:
+        return f"[{delta.content}]".encode() if delta.content else b""
+
+    def done(self) -> bytes:
+        return b"<end>"
+
+    def error(self, err: APIError) -> bytes:
+        return f"<error:{err.code}>".encode()
+
+
+class Bracketed:
+    kind = "bracketed"
+
+    def parse(self, raw: bytes, cfg: Config) -> Parsed:
+        return Parsed(CHAT.parse(raw, cfg).request, original="mine")
+
+    def encoder(self, parsed: Parsed, cfg: Config) -> BracketEncoder:
+        assert parsed.original == "mine"
+        return BracketEncoder()
+
+    def whole(self, answer: Delta, parsed: Parsed, cfg: Config) -> bytes:
+        return f"whole:{answer.content}:{answer.finish_reason}".encode()
+
+    def error_body(self, err: APIError) -> bytes:
+        return json.dumps({"kind": "bracket-error", "status": err.status, "what": err.param}).encode()
+
+
+def bracketed_app(upstream: Upstream) -> Any:
+    config = Config.from_env({"SAGEMAKER_ENDPOINT_NAME": "unit-llm", "AUTH_MODE": "none"})
+    handler = app.App(config, stubbed_client(upstream))
+    api = Bracketed()
+    handler.routes["/v1/bracketed"] = app.Route(
+        "/v1/bracketed", ("POST",), partial(app.App._complete, api=api), api=api
+    )
+    return handler
+
+
+ASK = {"messages": [{"role": "user", "content": "Hi"}], "stream": True}
+
+
+def test_a_refusal_on_an_apis_route_takes_that_apis_error_shape_and_the_openai_routes_keep_theirs() -> None:
+    handler = bracketed_app(Upstream())
+    mine = run(handler, "POST", "/v1/bracketed", {"messages": "not a list"})
+    assert mine.status == 400
+    assert json.loads(mine.body) == {"kind": "bracket-error", "status": 400, "what": "messages"}
+    theirs = run(handler, "POST", "/v1/chat/completions", {"messages": "not a list"})
+    assert theirs.status == 400 and json.loads(theirs.body)["error"]["param"] == "messages"
+
+
+def test_a_streamed_answer_is_written_by_the_apis_encoder_event_by_event() -> None:
+    upstream = Upstream(scenario=Scenario(ttft_ms=0, cadence_ms=0, tokens=4, non_ascii=0))
+    stream = run(bracketed_app(upstream), "POST", "/v1/bracketed", ASK)
+    assert stream.status == 200
+    texts = [w.decode() for w in stream.writes]
+    assert texts[-1] == "<end>"
+    assert len(texts) >= 5 and all(t.startswith("[") and t.endswith("]") for t in texts[:-1])
+
+
+def test_an_error_after_the_first_byte_is_the_apis_error_event_and_the_normal_end_never_follows() -> None:
+    token = b'data: {"choices":[{"index":0,"delta":{"content":"Hi"}}]}\n\n'
+    failure = exception_frame("ModelStreamError", {"Message": "the model died", "ErrorCode": "ModelError"})
+
+    def fail_after_one_token(operation: str, payload: Any) -> Any:
+        return event_stream_response([payload_part_frame(token), failure])
+
+    stream = run(bracketed_app(Upstream(override=fail_after_one_token)), "POST", "/v1/bracketed", ASK)
+    assert stream.status == 200
+    texts = [w.decode() for w in stream.writes]
+    assert texts == ["[Hi]", "<error:model_stream_error>"]
+
+
+def test_a_whole_answer_is_the_apis_own_body() -> None:
+    upstream = Upstream(scenario=Scenario(ttft_ms=0, cadence_ms=0, tokens=3, non_ascii=0))
+    stream = run(bracketed_app(upstream), "POST", "/v1/bracketed", {**ASK, "stream": False})
+    assert stream.status == 200
+    kind, text, reason = stream.body.decode().split(":")
+    assert kind == "whole" and text and reason == "stop"
+
+
+def test_the_openai_apis_read_their_own_request_model_and_keep_it_as_the_original() -> None:
+    cfg = Config.from_env({"SAGEMAKER_ENDPOINT_NAME": "unit-llm"})
+    chat = CHAT.parse(b'{"messages": [{"role": "user", "content": "Hi"}]}', cfg)
+    completion = COMPLETIONS.parse(b'{"prompt": "Hi", "stream": true}', cfg)
+    assert chat.original is chat.request and not chat.stream
+    assert completion.original is completion.request and completion.stream
+    assert CHAT.error_body(APIError.invalid_request("x")) == APIError.invalid_request("x").json_bytes()
