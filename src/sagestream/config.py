@@ -7,8 +7,8 @@ see :func:`parse_models`), ``UPSTREAM_FORMAT`` (``openai`` | ``tgi`` | ``lmi``),
 ``INFERENCE_COMPONENT_NAME``, ``TARGET_VARIANT``, ``MAX_TOKENS_LIMIT``, ``MAX_REQUEST_BYTES``, ``MAX_PROMPT_CHARS``,
 ``EXTRA_REQUEST_FIELDS`` (comma-separated vendor fields passed to the container, e.g. ``top_k,min_p``),
 ``PROMPT_TEMPLATE``, ``SSE_PAD_BYTES``, ``DEADLINE_MARGIN_MS``, ``UPSTREAM_CONNECT_TIMEOUT_S``,
-``UPSTREAM_READ_TIMEOUT_S``, ``UPSTREAM_MAX_ATTEMPTS``, ``SERVE_UI``, ``PREFIX_AWARE_ROUTING``; for access control and telemetry
-``AUTH_MODE`` (``iam`` | ``api_key`` | ``none``), ``API_KEYS_PARAMETER``, ``API_KEYS`` (local runs),
+``UPSTREAM_READ_TIMEOUT_S``, ``UPSTREAM_MAX_ATTEMPTS``, ``SERVE_UI``, ``PREFIX_AWARE_ROUTING``; for access control
+and telemetry ``AUTH_MODE`` (``iam`` | ``api_key`` | ``none``), ``API_KEYS_PARAMETER``, ``API_KEYS`` (local runs),
 ``API_KEYS_MAX_AGE_S``, ``LOG_PAYLOADS``, ``POWERTOOLS_TRACE_DISABLED`` (tracing is on only when it is
 set to ``false``: off unless enabled, unlike Powertools' own default).
 
@@ -93,8 +93,9 @@ def _models_schema() -> Any:
 
         ``upstream_format``, ``prompt_template``, ``max_tokens_limit``, ``target_variant`` and
         ``prefix_aware_routing`` default to the global settings (``prefix_aware_routing``: an endpoint's
-        routing strategy is its own, so one model may turn it on or off against ``PREFIX_AWARE_ROUTING``). ``inference_component`` does not: a component's name belongs to one endpoint,
-        so a global one would be wrong for every other endpoint.
+        routing strategy is its own, so one model may turn it on or off against ``PREFIX_AWARE_ROUTING``).
+        ``inference_component`` does not: a component's name belongs to one endpoint, so a global one would
+        be wrong for every other endpoint.
         """
 
         model_config = ConfigDict(extra="forbid", strict=True, frozen=True)

@@ -30,7 +30,7 @@ Example::
     >>> prefix_aware_id("x" * 65)
     Traceback (most recent call last):
     ...
-    sagestream.errors.APIError: Invalid 'prompt_cache_key': string too long. Expected a string with maximum length 64, ...
+    sagestream.errors.APIError: Invalid 'prompt_cache_key': string too long. Expected a string with maximum ...
 """
 
 from __future__ import annotations
@@ -95,7 +95,9 @@ class UpstreamIds:
         """``request_id`` as the ``InferenceId`` (left out, and logged, in the rare case SageMaker would refuse
         it: a test's or an emulator's made-up id, never Lambda's UUID); ``prefix_aware`` already checked."""
         if not fits(request_id):
-            logger.warning("the request id %r does not fit SageMaker's InferenceId; the call goes without it", request_id)
+            logger.warning(
+                "the request id %r does not fit SageMaker's InferenceId; the call goes without it", request_id
+            )
             return cls(None, prefix_aware)
         return cls(request_id, prefix_aware)
 

@@ -57,6 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     model = stack.env.get("MODEL_ID") or stack.env.get("SAGEMAKER_ENDPOINT_NAME") or "those of MODELS"
     print(f"sagestream: serving {stack.url}  (model {model!r}, upstream: {stack.upstream})", flush=True)
     print(f"  chat page:  {stack.url}/", flush=True)
+    if stack.endpoint is not None:
+        print(f"  endpoint:   {stack.endpoint.url}/_sim/records  (what each SageMaker call carried)", flush=True)
     print(
         f"  try:        curl -N {stack.url}/v1/chat/completions -H 'content-type: application/json' "
         """-d '{"messages":[{"role":"user","content":"Hello"}],"stream":true}'""",

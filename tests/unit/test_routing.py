@@ -140,4 +140,3 @@ def test_without_ids_a_call_is_as_before(sent: tuple[Any, list[Any]]) -> None:
     (request,) = requests
     assert _header(request, "X-Amzn-SageMaker-Inference-Id") is None
     assert _header(request, "X-Amzn-SageMaker-Prefix-Aware-Id") is None
-
