@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from sagestream_local.endpoint import Record
+from sagestream_local.measure import measure
 from sagestream_local.stack import SIM_ENDPOINT_NAME, LocalStack
 from tests.client import StreamedResponse, request
 from tests.e2e.conftest import GetStack
@@ -149,3 +150,16 @@ def test_the_sdks_prompt_cache_key_routes_a_conversations_next_turn_to_its_cache
     assert ttft_ms[0] >= miss_ms
     assert ttft_ms[1] < ttft_ms[0], ttft_ms
     print(f"time to first token through the function: new prefix {ttft_ms[0]:.1f} ms, repeated {ttft_ms[1]:.1f} ms")
+
+
+def test_make_measure_sends_one_prompt_cache_key_in_every_run(stack_for: GetStack) -> None:
+    stack = stack_for(**ROUTED)
+    assert stack.endpoint is not None
+    runs = measure(stack.url, runs=3, max_tokens=4, prompt_cache_key="measured")
+    assert [r.status for r in runs] == [200, 200, 200]
+    assert [(r.prefix_aware_id, r.prefix_hit) for r in stack.endpoint.records] == [
+        ("measured", False),
+        ("measured", True),
+        ("measured", True),
+    ]
+    assert [r.inference_id for r in stack.endpoint.records] == [r.request_id for r in runs]
