@@ -363,6 +363,8 @@ class App:
             in_call=_PREFIX_KEY if call.ids.prefix_aware_id is not None else frozenset(),
         )
         payload = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+        # Noted once the call is certain: a request refused above made none, and its record names no ids.
+        record.inference_id, record.prefix_aware_id = call.ids.inference_id, call.ids.prefix_aware_id
         with self.telemetry.upstream(record):  # the trace subsegment ends with the stream
             if req.stream:
                 self._stream(call, cfg, req, payload, kind)
@@ -378,9 +380,7 @@ class App:
         prefix = None
         if cfg.prefix_aware_routing and prompt_cache_key is not None:
             prefix = routing.prefix_aware_id(prompt_cache_key)
-        ids = UpstreamIds.of(call.context.aws_request_id, prefix)
-        call.record.inference_id, call.record.prefix_aware_id = ids.inference_id, ids.prefix_aware_id
-        return ids
+        return UpstreamIds.of(call.context.aws_request_id, prefix)
 
     def _deadline(self, call: Call) -> float:
         """When the answer must have ended (a :func:`time.monotonic` value): the margin before Lambda's own."""

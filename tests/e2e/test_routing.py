@@ -115,6 +115,12 @@ def test_the_log_record_names_the_ids_sagemaker_recorded_the_call_by(routed_log:
     request_id = resp.header("x-request-id")
     assert record.data["function_request_id"] == record.data["inference_id"] == seen.inference_id == request_id
     assert record.data["prefix_aware_id"] == seen.prefix_aware_id == KEY
+    # A request refused before any call names no ids SageMaker never saw.
+    resp, lines = routed_log.call(body={**body, "prompt_cache_key": "café"})
+    (refused,) = logs(lines)
+    assert resp.status == 400 and refused.data["error_code"] == "invalid_value"
+    assert "inference_id" not in refused.data and "prefix_aware_id" not in refused.data
+    assert refused.data["function_request_id"] == resp.header("x-request-id")
 
 
 # --- the effect, through the openai SDK ------------------------------------------------------------------
