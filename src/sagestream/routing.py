@@ -2,18 +2,19 @@
 
 - ``InferenceId`` (header ``X-Amzn-SageMaker-Inference-Id``): the invocation's own request id, the
   ``x-request-id`` its client gets and the log record's ``function_request_id``, on every call, streamed
-  or whole. SageMaker keeps it with the request (data capture, the endpoint's logs), so one id follows a
-  request from the client through the function into SageMaker.
+  or whole. SageMaker keeps it with the request (with data capture on, in each captured record), so one id
+  follows a request from the client through the function into SageMaker.
 - ``PrefixAwareId`` (header ``X-Amzn-SageMaker-Prefix-Aware-Id``): on an endpoint whose routing strategy
-  is prefix-aware, calls with the same id go to the instance that already holds their prefix in its KV
-  cache. It is OpenAI's ``prompt_cache_key`` (the request field made for that intent), sent only when
-  ``PREFIX_AWARE_ROUTING`` (or the model's ``prefix_aware_routing`` in ``MODELS``) is on.
+  is prefix-aware, calls with the same prompt prefix and the same id go to the same instance, which holds
+  that prefix in its KV cache. It is OpenAI's ``prompt_cache_key`` (the request field made for that
+  intent), sent only when ``PREFIX_AWARE_ROUTING`` (or the model's ``prefix_aware_routing`` in ``MODELS``)
+  is on.
 
 Both ids must fit SageMaker's rule for them (botocore's service model: 1-64 characters, the first not
 blank, every one printable ASCII; ``\\A\\S[\\p{Print}]*\\z`` in Java's regex, where ``\\p{Print}`` is ASCII).
 A ``prompt_cache_key`` outside it is refused with a 400 naming the field, never hashed into one that fits:
 OpenAI itself refuses a key over 64 characters (``string_above_max_length``), so no client written for it
-sends one; the id SageMaker routes by stays the one the client chose, readable in the endpoint's logs; and
+sends one; the id SageMaker routes by stays the one the client chose and an operator searches for; and
 a hash would accept here what OpenAI refuses. The client learns the rule once and keeps its ids short.
 
 Stateful sessions (``SessionId``) are not offered: see the README's "SageMaker routing" section.
