@@ -11,7 +11,11 @@ Per run it prints
   together with a later one ("gap then burst");
 - ``cadence``: the median and p90 of the gaps between deltas;
 - ``request id``: the answer's ``x-request-id``, the invocation's own id, which is the
-  ``function_request_id`` of its log record: a slow or failed run is one log search away.
+  ``function_request_id`` of its log record (and the ``InferenceId`` of its SageMaker call): a slow or
+  failed run is one log search away.
+
+``--prompt-cache-key KEY`` sends the same ``prompt_cache_key`` in every run: with prefix-aware routing on,
+runs after the first go to the instance that holds the prompt's prefix, and their first token comes sooner.
 
 Authentication: ``--sigv4`` signs each request for an ``AWS_IAM`` Function URL with the caller's own
 credentials (botocore's ``SigV4Auth``, service ``lambda``, the region taken from the URL or else the AWS
