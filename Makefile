@@ -32,7 +32,7 @@ help:
 	@echo "make build     sam build: the Lambda artifact in .aws-sam/build, no Docker needed"
 	@echo "make deploy    sam build and sam deploy --config-env $(ENV) (ENV=dev|prod, see samconfig.toml)"
 	@echo "make bench     side-by-side benchmark into bench/results (QUICK=1: under a minute)"
-	@echo "make measure   TTFT, bursts and cadence of a URL (URL=... RUNS=3 SIGV4=1 API_KEY=...)"
+	@echo "make measure   TTFT, bursts and cadence of a URL (URL=... RUNS=3 SIGV4=1 API_KEY=... PROMPT_CACHE_KEY=...)"
 	@echo "make verify    check a deployment: PASS/FAIL/UNKNOWN per behaviour (URL=... SIGV4=1 API_KEY=... ORIGIN=... LOG_GROUP=...)"
 
 install: $(VENV)/.installed
@@ -87,8 +87,8 @@ bench: install
 
 RUNS ?= 3
 measure: install
-	@test -n "$(URL)" || { echo "make measure URL=https://....lambda-url.REGION.on.aws/ [RUNS=3] [SIGV4=1] [API_KEY=...]" >&2; exit 1; }
-	$(PY) -m sagestream_local.measure "$(URL)" --runs $(RUNS) $(if $(SIGV4),--sigv4) $(if $(API_KEY),--api-key "$(API_KEY)") $(if $(JSON),--json)
+	@test -n "$(URL)" || { echo "make measure URL=https://....lambda-url.REGION.on.aws/ [RUNS=3] [SIGV4=1] [API_KEY=...] [PROMPT_CACHE_KEY=...]" >&2; exit 1; }
+	$(PY) -m sagestream_local.measure "$(URL)" --runs $(RUNS) $(if $(SIGV4),--sigv4) $(if $(API_KEY),--api-key "$(API_KEY)") $(if $(PROMPT_CACHE_KEY),--prompt-cache-key "$(PROMPT_CACHE_KEY)") $(if $(JSON),--json)
 
 verify: install
 	@test -n "$(URL)" || { echo "make verify URL=https://....lambda-url.REGION.on.aws/ [SIGV4=1] [API_KEY=...] [ORIGIN=https://app.example] [LOG_GROUP=/aws/lambda/NAME]" >&2; exit 1; }

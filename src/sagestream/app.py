@@ -17,7 +17,9 @@ the request's ``model``; ``/v1/models`` lists them all. Without ``model`` a requ
 and is refused (400, ``param: model``) when there are several, as OpenAI refuses it.
 
 Every answer carries ``x-request-id``: the invocation's own id (``context.aws_request_id``), which is
-also the log record's ``function_request_id``.
+also the log record's ``function_request_id`` and, on every upstream call, SageMaker's ``InferenceId``
+(:mod:`sagestream.routing`; the log record's ``inference_id``). With prefix-aware routing on for the
+model, a request's ``prompt_cache_key`` is the call's ``PrefixAwareId`` too.
 
 Environment variables read: those of :mod:`sagestream.config`, at import.
 
@@ -42,7 +44,7 @@ from functools import partial
 from importlib import resources
 from typing import Any
 
-from sagestream import dialects, upstream
+from sagestream import dialects, routing, upstream
 from sagestream.apis import CHAT, COMPLETIONS, ClientAPI, Parsed
 from sagestream.auth import Authenticator, requires_key
 from sagestream.config import Config
@@ -51,6 +53,7 @@ from sagestream.errors import APIError
 from sagestream.function_url import event_body, media_type
 from sagestream.record import StreamRecord
 from sagestream.relay import relay
+from sagestream.routing import UpstreamIds
 from sagestream.runtime import ClientDisconnected, LambdaContext, ResponseStream, WriteTimedOut
 from sagestream.sse import StreamEncoder, error_event
 from sagestream.telemetry import Telemetry, prompt_of
@@ -148,6 +151,7 @@ class Call:
     context: LambdaContext
     record: StreamRecord
     encoder: StreamEncoder | None = None  # a streamed answer's, once it is made: it writes errors after the start
+    ids: UpstreamIds | None = None  # what the upstream calls carry besides the body; set by the completion routes
 
 
 RouteHandler = Callable[["App", Call], None]
@@ -348,19 +352,34 @@ class App:
         parsed = api.parse(raw, cfg)
         req = parsed.request
         record.streamed = bool(req.stream)
+        call.ids = self._upstream_ids(call, cfg, getattr(req, "prompt_cache_key", None))
         body = dialects.upstream_body(
             cfg.dialect,
             req,
             prompt_template=cfg.prompt_template,
             stream=bool(req.stream),
             max_tokens_default=cfg.max_tokens_limit,
+            in_call=_PREFIX_KEY if call.ids.prefix_aware_id is not None else frozenset(),
         )
         payload = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+        # Noted once the call is certain: a request refused above made none, and its record names no ids.
+        record.inference_id, record.prefix_aware_id = call.ids.inference_id, call.ids.prefix_aware_id
         with self.telemetry.upstream(record):  # the trace subsegment ends with the stream
             if req.stream:
                 self._stream(call, cfg, api, parsed, payload)
             else:
                 self._whole(call, cfg, api, parsed, payload)
+
+    @staticmethod
+    def _upstream_ids(call: Call, cfg: Config, prompt_cache_key: str | None) -> UpstreamIds:
+        """The invocation's request id as the ``InferenceId``; with prefix-aware routing on for ``cfg``, the
+        ``prompt_cache_key`` as the ``PrefixAwareId`` (a 400 naming it if SageMaker could not take it).
+
+        The routes of other request shapes call it with their own ``prompt_cache_key``."""
+        prefix = None
+        if cfg.prefix_aware_routing and prompt_cache_key is not None:
+            prefix = routing.prefix_aware_id(prompt_cache_key)
+        return UpstreamIds.of(call.context.aws_request_id, prefix)
 
     def _deadline(self, call: Call) -> float:
         """When the answer must have ended (a :func:`time.monotonic` value): the margin before Lambda's own."""
@@ -368,7 +387,7 @@ class App:
 
     def _whole(self, call: Call, cfg: Config, api: ClientAPI, parsed: Parsed, payload: bytes) -> None:
         try:
-            body = upstream.invoke(self.client, cfg, payload, deadline=self._deadline(call))
+            body = upstream.invoke(self.client, cfg, payload, deadline=self._deadline(call), ids=call.ids)
             answer = dialects.decode_body(cfg.dialect, body, parsed.request)
         except (dialects.DecodeError, dialects.UpstreamStreamError) as exc:
             raise upstream.error_from(exc) from exc
@@ -381,7 +400,7 @@ class App:
     def _stream(self, call: Call, cfg: Config, api: ClientAPI, parsed: Parsed, payload: bytes) -> None:
         """Open the upstream stream and write each delta the moment it is decoded."""
         record, writer = call.record, call.writer
-        parts = upstream.open_stream(self.client, cfg, payload, deadline=self._deadline(call))
+        parts = upstream.open_stream(self.client, cfg, payload, deadline=self._deadline(call), ids=call.ids)
         encoder = call.encoder = api.encoder(parsed, cfg)
         # Closed at once however the loop ends (a client gone raises out of the write): the endpoint stops
         # generating for nobody.
@@ -395,6 +414,10 @@ class App:
                 if isinstance(item, Delta):
                     # Timed here, at the edge: from the read that completed the delta to its write.
                     record.wrote(item, data, read_at=parts.read_at)
+
+
+# The request field the call carries as SageMaker's PrefixAwareId when prefix-aware routing is on.
+_PREFIX_KEY = frozenset({"prompt_cache_key"})
 
 
 def _model_named(body: bytes) -> tuple[bool, str | None]:

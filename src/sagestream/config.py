@@ -7,8 +7,8 @@ see :func:`parse_models`), ``UPSTREAM_FORMAT`` (``openai`` | ``tgi`` | ``lmi``),
 ``INFERENCE_COMPONENT_NAME``, ``TARGET_VARIANT``, ``MAX_TOKENS_LIMIT``, ``MAX_REQUEST_BYTES``, ``MAX_PROMPT_CHARS``,
 ``EXTRA_REQUEST_FIELDS`` (comma-separated vendor fields passed to the container, e.g. ``top_k,min_p``),
 ``PROMPT_TEMPLATE``, ``SSE_PAD_BYTES``, ``DEADLINE_MARGIN_MS``, ``UPSTREAM_CONNECT_TIMEOUT_S``,
-``UPSTREAM_READ_TIMEOUT_S``, ``UPSTREAM_MAX_ATTEMPTS``, ``SERVE_UI``; for access control and telemetry
-``AUTH_MODE`` (``iam`` | ``api_key`` | ``none``), ``API_KEYS_PARAMETER``, ``API_KEYS`` (local runs),
+``UPSTREAM_READ_TIMEOUT_S``, ``UPSTREAM_MAX_ATTEMPTS``, ``SERVE_UI``, ``PREFIX_AWARE_ROUTING``; for access control
+and telemetry ``AUTH_MODE`` (``iam`` | ``api_key`` | ``none``), ``API_KEYS_PARAMETER``, ``API_KEYS`` (local runs),
 ``API_KEYS_MAX_AGE_S``, ``LOG_PAYLOADS``, ``POWERTOOLS_TRACE_DISABLED`` (tracing is on only when it is
 set to ``false``: off unless enabled, unlike Powertools' own default).
 
@@ -78,6 +78,7 @@ MODEL_KEYS = (
     "prompt_template",
     "max_tokens_limit",
     "target_variant",
+    "prefix_aware_routing",
 )
 
 
@@ -90,9 +91,11 @@ def _models_schema() -> Any:
     class ModelEntry(BaseModel):
         """One model of ``MODELS``: where its requests go. Only ``endpoint`` is required.
 
-        ``upstream_format``, ``prompt_template``, ``max_tokens_limit`` and ``target_variant`` default to
-        the global settings. ``inference_component`` does not: a component's name belongs to one endpoint,
-        so a global one would be wrong for every other endpoint.
+        ``upstream_format``, ``prompt_template``, ``max_tokens_limit``, ``target_variant`` and
+        ``prefix_aware_routing`` default to the global settings (``prefix_aware_routing``: an endpoint's
+        routing strategy is its own, so one model may turn it on or off against ``PREFIX_AWARE_ROUTING``).
+        ``inference_component`` does not: a component's name belongs to one endpoint, so a global one would
+        be wrong for every other endpoint.
         """
 
         model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
@@ -103,6 +106,7 @@ def _models_schema() -> Any:
         prompt_template: str | None = Field(default=None, min_length=1)
         max_tokens_limit: int | None = Field(default=None, ge=1)
         target_variant: str | None = Field(default=None, min_length=1)
+        prefix_aware_routing: bool | None = None
 
     assert tuple(ModelEntry.model_fields) == MODEL_KEYS
     return TypeAdapter(dict[str, ModelEntry])
@@ -119,6 +123,7 @@ class ModelTarget:
     target_variant: str | None = None
     max_tokens_limit: int | None = None
     prompt_template: str | None = None
+    prefix_aware_routing: bool = False
 
 
 def parse_models(text: str, *, defaults: ModelTarget) -> tuple[ModelTarget, ...]:
@@ -174,6 +179,9 @@ def parse_models(text: str, *, defaults: ModelTarget) -> tuple[ModelTarget, ...]
                 target_variant=entry.target_variant or defaults.target_variant,
                 max_tokens_limit=entry.max_tokens_limit or defaults.max_tokens_limit,
                 prompt_template=entry.prompt_template or defaults.prompt_template,
+                prefix_aware_routing=(
+                    defaults.prefix_aware_routing if entry.prefix_aware_routing is None else entry.prefix_aware_routing
+                ),
             )
         )
     return tuple(targets)
@@ -210,6 +218,8 @@ class Config:
     api_keys_max_age_s: int = 300
     log_payloads: bool = False
     tracing: bool = False
+    # prompt_cache_key becomes SageMaker's PrefixAwareId (sagestream.routing): for prefix-aware endpoints.
+    prefix_aware_routing: bool = False
     # Every model served, the first the default; the one-model case is the single settings above.
     models: tuple[ModelTarget, ...] = ()
 
@@ -233,6 +243,7 @@ class Config:
                     target_variant=target.target_variant,
                     max_tokens_limit=target.max_tokens_limit,
                     prompt_template=target.prompt_template,
+                    prefix_aware_routing=target.prefix_aware_routing,
                 )
         return None
 
@@ -323,6 +334,7 @@ class Config:
                 "AUTH_MODE=api_key needs API_KEYS_PARAMETER (an SSM SecureString or a Secrets Manager secret "
                 "holding the keys), or API_KEYS for a local run"
             )
+        prefix_aware = flag("PREFIX_AWARE_ROUTING", False)
         models: tuple[ModelTarget, ...] = ()
         model_id = text("MODEL_ID")
         component = text("INFERENCE_COMPONENT_NAME")
@@ -337,6 +349,7 @@ class Config:
                 target_variant=text("TARGET_VARIANT"),
                 prompt_template=template,
                 max_tokens_limit=int(limit) if limit is not None else None,
+                prefix_aware_routing=prefix_aware,
             )
             models = parse_models(models_text, defaults=defaults)
             if endpoint is not None and endpoint not in {m.endpoint_name for m in models}:
@@ -369,6 +382,7 @@ class Config:
             api_keys_max_age_s=int(number("API_KEYS_MAX_AGE_S", 300) or 0),
             log_payloads=flag("LOG_PAYLOADS", False),
             tracing=not flag("POWERTOOLS_TRACE_DISABLED", True),
+            prefix_aware_routing=prefix_aware,
             models=models,
         )
         # With MODELS the top-level fields are the first model's: the default model of pages and telemetry.

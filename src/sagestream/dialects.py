@@ -608,13 +608,16 @@ def upstream_body(
     prompt_template: str | None,
     stream: bool,
     max_tokens_default: int | None,
+    in_call: frozenset[str] = frozenset(),
 ) -> dict[str, Any]:
     """The InvokeEndpoint body that asks the container speaking ``dialect`` for ``request``.
 
     Every field the request carries is placed here or refused with a 400 naming it (the README's
     "OpenAI compatibility" table says which, per dialect). ``prompt_template`` is a
     :mod:`sagestream.prompts` name, needed for chat on ``tgi`` and ``lmi``. ``model`` is left out: each
-    endpoint serves one model, and vLLM refuses a name it does not serve.
+    endpoint serves one model, and vLLM refuses a name it does not serve. ``in_call`` names the fields the
+    call carries outside the body (``prompt_cache_key`` as SageMaker's ``PrefixAwareId``): a prompt dialect
+    does not refuse them, the ``openai`` dialect still forwards them in the body.
 
     Example::
 
@@ -638,7 +641,7 @@ def upstream_body(
     sent = request.sent()
     for name, value in sent.items():
         reason = _REFUSED[dialect].get(name)
-        if reason is not None and value not in _NO_OP.get(name, ()):
+        if reason is not None and value not in _NO_OP.get(name, ()) and name not in in_call:
             _refuse(name, reason, dialect)
     if isinstance(request, CompletionRequest):
         prompt = request.prompt_text

@@ -137,6 +137,9 @@ class StreamRecord:
     model: str | None = None
     endpoint: str | None = None
     dialect: str | None = None
+    # What the upstream calls carried (sagestream.routing): the InferenceId (the request id) and PrefixAwareId.
+    inference_id: str | None = None
+    prefix_aware_id: str | None = None
     caller: str | None = None  # the signing IAM principal, with AUTH_MODE=iam
     started: float = field(default_factory=time.monotonic)
     status: int = 200

@@ -12,7 +12,9 @@ environment's first is Powertools' own cold-start flag (which knows provisioned 
 The log record (``"message": "invocation"``) has ``function_request_id`` (Lambda's; every answer carries
 it as its ``x-request-id`` header), ``url_request_id``
 (the Function URL's ``requestContext.requestId``; both are on every record written during the
-invocation), ``method``, ``path``, ``status``, ``model``, ``endpoint``, ``dialect``, ``stream``,
+invocation), ``method``, ``path``, ``status``, ``model``, ``endpoint``, ``dialect``, ``inference_id`` (the
+``InferenceId`` every upstream call carried: the same request id, in SageMaker's records), ``prefix_aware_id``
+(the ``PrefixAwareId``, with prefix-aware routing), ``stream``,
 ``output_tokens``, ``ttft_ms``, ``upstream_ttfb_ms``, ``duration_ms``, ``itl_median_ms``, ``itl_max_ms``,
 ``finish_reason``, ``error_type``, ``error_code``, ``client_disconnected``, ``deadline_stop``,
 ``cold_start`` and, with ``AUTH_MODE=iam``, ``caller`` (the signing IAM principal). Prompts and completions
@@ -122,6 +124,9 @@ def invocation_fields(
         "model": record.model or config.model_id,
         "endpoint": record.endpoint or config.endpoint_name,
         "dialect": record.dialect or config.dialect,
+        # What SageMaker recorded the call by (its InferenceId is this invocation's request id) and routed it by.
+        "inference_id": record.inference_id,
+        "prefix_aware_id": record.prefix_aware_id,
         "stream": record.streamed,
         "output_tokens": record.output_tokens,
         "ttft_ms": _ms(record.started, record.first_delta),

@@ -54,6 +54,7 @@ from sagestream.config import Config
 from sagestream.dialects import DecodeError, UpstreamStreamError, error_message
 from sagestream.errors import DEADLINE_EXCEEDED, MAX_MESSAGE_CHARS, APIError
 from sagestream.lines import LineTooLong, UndecodableLine
+from sagestream.routing import UpstreamIds
 
 __all__ = ["DeadlineReached", "PayloadParts", "error_from", "invoke", "make_client", "open_stream"]
 
@@ -307,7 +308,7 @@ def make_client(config: Config) -> Any:
     )
 
 
-def _call_args(config: Config, body: bytes) -> dict[str, Any]:
+def _call_args(config: Config, body: bytes, ids: UpstreamIds | None) -> dict[str, Any]:
     args: dict[str, Any] = {
         "EndpointName": config.endpoint_name,
         "Body": body,
@@ -318,18 +319,27 @@ def _call_args(config: Config, body: bytes) -> dict[str, Any]:
         args["InferenceComponentName"] = config.inference_component
     if config.target_variant:
         args["TargetVariant"] = config.target_variant
+    if ids is not None:
+        # botocore's parameter names, so its own serializer makes the headers. With parameter_validation off
+        # nothing checks them before it: a name its model lacks fails every call (a KeyError there, a 500
+        # here), which tests/unit/test_routing.py catches against the pinned botocore first.
+        args.update(ids.call_args())
     return args
 
 
-def invoke(client: Any, config: Config, body: bytes, *, deadline: float | None = None) -> bytes:
+def invoke(
+    client: Any, config: Config, body: bytes, *, deadline: float | None = None, ids: UpstreamIds | None = None
+) -> bytes:
     """A non-streaming ``InvokeEndpoint``: the whole answer's body.
+
+    ``ids``: the ``InferenceId`` and ``PrefixAwareId`` the call carries (:mod:`sagestream.routing`).
 
     ``deadline`` (a :func:`time.monotonic` value): already past, the endpoint is not called and the
     deadline's 504 is raised, as for a stream.
     """
     _check_deadline(deadline)
     try:
-        response = client.invoke_endpoint(**_call_args(config, body))
+        response = client.invoke_endpoint(**_call_args(config, body, ids))
         return bytes(response["Body"].read())
     except Exception as exc:
         raise error_from(exc) from exc
@@ -452,15 +462,19 @@ def _check_deadline(deadline: float | None) -> None:
         raise error_from(DeadlineReached("The function has too little time left to call the model."))
 
 
-def open_stream(client: Any, config: Config, body: bytes, *, deadline: float | None = None) -> PayloadParts:
+def open_stream(
+    client: Any, config: Config, body: bytes, *, deadline: float | None = None, ids: UpstreamIds | None = None
+) -> PayloadParts:
     """Start ``InvokeEndpointWithResponseStream``; errors before the stream are raised as :class:`APIError`.
+
+    ``ids``: the ``InferenceId`` and ``PrefixAwareId`` the call carries (:mod:`sagestream.routing`).
 
     ``deadline`` (a :func:`time.monotonic` value) is when the answer must have ended; already past, the
     endpoint is not called and the deadline's 504 is raised.
     """
     _check_deadline(deadline)
     try:
-        response = client.invoke_endpoint_with_response_stream(**_call_args(config, body))
+        response = client.invoke_endpoint_with_response_stream(**_call_args(config, body, ids))
     except Exception as exc:
         raise error_from(exc) from exc
     return PayloadParts(response["Body"], deadline=deadline, read_timeout_s=config.read_timeout_s)

@@ -49,10 +49,16 @@ def main(argv: list[str] | None = None) -> int:
         verbose=args.verbose,
         idle_timeout_s=args.idle_timeout,
     )
+    if stack.upstream == "simulated" and "PREFIX_AWARE_ROUTING" not in os.environ:
+        # The simulated endpoint routes by prefix (a repeated prompt_cache_key gets its first token sooner),
+        # so the local run shows the effect; a real endpoint's routing strategy is its own, and stays off.
+        stack.env["PREFIX_AWARE_ROUTING"] = "true"
     stack.start()
     model = stack.env.get("MODEL_ID") or stack.env.get("SAGEMAKER_ENDPOINT_NAME") or "those of MODELS"
     print(f"sagestream: serving {stack.url}  (model {model!r}, upstream: {stack.upstream})", flush=True)
     print(f"  chat page:  {stack.url}/", flush=True)
+    if stack.endpoint is not None:
+        print(f"  endpoint:   {stack.endpoint.url}/_sim/records  (what each SageMaker call carried)", flush=True)
     print(
         f"  try:        curl -N {stack.url}/v1/chat/completions -H 'content-type: application/json' "
         """-d '{"messages":[{"role":"user","content":"Hello"}],"stream":true}'""",

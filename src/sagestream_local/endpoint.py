@@ -8,7 +8,15 @@ real one. It answers
   one ``PayloadPart`` per model event (or per split piece), each frame one socket send at its scheduled time;
 - ``POST /endpoints/{name}/invocations``: the whole model answer as one JSON body;
 - ``/_sim/scenario`` (``GET``; ``POST`` a partial JSON update; ``DELETE`` resets) and ``/_sim/records``
-  (``GET``; ``DELETE`` clears), so other processes (browser test, benchmark) can steer and observe it.
+  (``GET``; ``DELETE`` clears them and the prefix cache), so other processes (browser test, benchmark) can
+  steer and observe it.
+
+Each record keeps the SageMaker headers the call came with (``inference_id``, ``prefix_aware_id``,
+``session_id``, as botocore serialised ``InferenceId``, ``PrefixAwareId`` and ``SessionId``). Prefix-aware
+routing is simulated as its effect: a call whose ``PrefixAwareId`` an earlier call already brought finds
+its prefix in the (one) instance's KV cache and its first token comes after ``Scenario.prefix_hit_ttft_ms``
+instead of ``ttft_ms`` (``null``: no such effect); the record says ``prefix_hit``. The endpoint remembers
+the last :data:`PREFIX_CACHE_IDS` ids, as a cache evicts.
 
 What the "model container" emits is chosen by :class:`Scenario`: its ``dialect`` (``openai`` = TGI Messages
 API / vLLM / LMI chat SSE, ``tgi`` = TGI ``generate_stream`` SSE, ``lmi`` = LMI/DJL jsonlines), token timing,
@@ -87,7 +95,7 @@ import threading
 import time
 import uuid
 import zlib
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from email.message import Message
@@ -123,6 +131,8 @@ CHOICES: dict[str, tuple[str, ...]] = {
 ACCOUNT_ID = "123456789012"
 REGION = "us-east-1"
 EVENTSTREAM_CONTENT_TYPE = "application/vnd.amazon.eventstream"
+# How many PrefixAwareIds the simulated instance keeps the prefixes of (its KV cache, least recently used out).
+PREFIX_CACHE_IDS = 1024
 
 
 # --------------------------------------------------------------------------------------------- event stream
@@ -203,6 +213,8 @@ class Scenario:
     model: str = "sim-llm"  # the "model" field of OpenAI chunks
     reasoning: int = 0  # openai dialect: reasoning_content tokens before the answer, as vLLM's reasoning parsers send
     context_length: int | None = None  # prompt + max tokens over this: the container's 4xx, as a ModelError 424
+    # A PrefixAwareId seen before: its prefix is cached, and the first token comes this soon instead (None: off).
+    prefix_hit_ttft_ms: float | None = 30.0
 
     def __post_init__(self) -> None:
         for name, allowed in CHOICES.items():
@@ -224,6 +236,12 @@ class Scenario:
             isinstance(self.context_length, bool) or not isinstance(self.context_length, int) or self.context_length < 1
         ):
             raise ValueError(f"context_length must be a whole number >= 1 or null, not {self.context_length!r}")
+        if self.prefix_hit_ttft_ms is not None and (
+            isinstance(self.prefix_hit_ttft_ms, bool)
+            or not isinstance(self.prefix_hit_ttft_ms, int | float)
+            or self.prefix_hit_ttft_ms < 0
+        ):
+            raise ValueError(f"prefix_hit_ttft_ms must be a number >= 0 or null, not {self.prefix_hit_ttft_ms!r}")
         if self.ttft_ms < 0 or self.cadence_ms < 0 or not 0.0 <= self.non_ascii <= 1.0:
             raise ValueError("ttft_ms and cadence_ms must be >= 0, non_ascii within [0, 1]")
         if self.endpoint_names is not None:
@@ -926,6 +944,12 @@ class Record:
     scenario: Scenario
     received_monotonic_ns: int
     received_wall_ns: int
+    # The SageMaker headers of routing and correlation, as sent (None: absent).
+    inference_id: str | None = None
+    prefix_aware_id: str | None = None
+    session_id: str | None = None
+    prefix_hit: bool = False  # its PrefixAwareId came before: the first token after prefix_hit_ttft_ms
+    ttft_ms: float = 0.0  # when its first token is due, from its arrival
     status: int = 0
     invoked_variant: str | None = None
     tokens: list[TokenSend] = field(default_factory=list)
@@ -1023,7 +1047,13 @@ class _Handler(BaseHTTPRequestHandler):
             scenario=sim.scenario,
             received_monotonic_ns=time.monotonic_ns(),
             received_wall_ns=time.time_ns(),
+            inference_id=self.headers.get("X-Amzn-SageMaker-Inference-Id"),
+            prefix_aware_id=self.headers.get("X-Amzn-SageMaker-Prefix-Aware-Id"),
+            session_id=self.headers.get("X-Amzn-SageMaker-Session-Id"),
         )
+        record.prefix_hit = record.prefix_aware_id is not None and sim._prefix_seen(record.prefix_aware_id)
+        hit_ttft = record.scenario.prefix_hit_ttft_ms
+        record.ttft_ms = hit_ttft if record.prefix_hit and hit_ttft is not None else record.scenario.ttft_ms
         sim._add(record)
         try:
             self._invoke(record, streaming)
@@ -1227,8 +1257,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 def _slot_ns(record: Record, slot: int) -> int:
-    scenario = record.scenario
-    return record.received_monotonic_ns + int((scenario.ttft_ms + slot * scenario.cadence_ms) * 1e6)
+    return record.received_monotonic_ns + int((record.ttft_ms + slot * record.scenario.cadence_ms) * 1e6)
 
 
 class SimulatedEndpoint:
@@ -1250,6 +1279,7 @@ class SimulatedEndpoint:
         self._initial = scenario or Scenario()
         self._scenario = self._initial
         self._records: deque[Record] = deque(maxlen=record_limit)
+        self._prefixes: OrderedDict[str, None] = OrderedDict()  # PrefixAwareIds seen, least recent first
         self._changes = threading.Condition()
         self._server = _Server((host, port), self)
         self._thread: threading.Thread | None = None
@@ -1306,8 +1336,20 @@ class SimulatedEndpoint:
             return list(self._records)
 
     def clear_records(self) -> None:
+        """Forget every record, and every prefix cached: the next call with any PrefixAwareId is a miss."""
         with self._changes:
             self._records.clear()
+            self._prefixes.clear()
+
+    def _prefix_seen(self, prefix_aware_id: str) -> bool:
+        """Whether an earlier call brought ``prefix_aware_id`` (its prefix is cached); remember it either way."""
+        with self._changes:
+            seen = prefix_aware_id in self._prefixes
+            self._prefixes[prefix_aware_id] = None
+            self._prefixes.move_to_end(prefix_aware_id)
+            while len(self._prefixes) > PREFIX_CACHE_IDS:
+                self._prefixes.popitem(last=False)
+            return seen
 
     def wait_for_record(self, predicate: Callable[[Record], bool], timeout: float = 5.0) -> Record:
         """The newest record satisfying ``predicate``, waiting up to ``timeout`` seconds for one to appear."""

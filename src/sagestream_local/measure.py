@@ -11,7 +11,11 @@ Per run it prints
   together with a later one ("gap then burst");
 - ``cadence``: the median and p90 of the gaps between deltas;
 - ``request id``: the answer's ``x-request-id``, the invocation's own id, which is the
-  ``function_request_id`` of its log record: a slow or failed run is one log search away.
+  ``function_request_id`` of its log record (and the ``InferenceId`` of its SageMaker call): a slow or
+  failed run is one log search away.
+
+``--prompt-cache-key KEY`` sends the same ``prompt_cache_key`` in every run: with prefix-aware routing on,
+runs after the first go to the instance that holds the prompt's prefix, and their first token comes sooner.
 
 Authentication: ``--sigv4`` signs each request for an ``AWS_IAM`` Function URL with the caller's own
 credentials (botocore's ``SigV4Auth``, service ``lambda``, the region taken from the URL or else the AWS
@@ -242,8 +246,10 @@ def signed_headers(
     return {k: str(v) for k, v in request.headers.items()}
 
 
-def chat_body(prompt: str, max_tokens: int | None, model: str | None) -> bytes:
+def chat_body(prompt: str, max_tokens: int | None, model: str | None, prompt_cache_key: str | None = None) -> bytes:
     body: dict[str, Any] = {"messages": [{"role": "user", "content": prompt}], "stream": True}
+    if prompt_cache_key is not None:
+        body["prompt_cache_key"] = prompt_cache_key
     if max_tokens is not None:
         body["max_tokens"] = max_tokens
     if model is not None:
@@ -332,10 +338,11 @@ def measure(
     prompt: str = "Tell me a story about a river.",
     max_tokens: int | None = None,
     model: str | None = None,
+    prompt_cache_key: str | None = None,
     **options: Any,
 ) -> list[Run]:
-    """``runs`` requests one after the other."""
-    body = chat_body(prompt, max_tokens, model)
+    """``runs`` requests one after the other (the same ``prompt_cache_key`` in each, if given)."""
+    body = chat_body(prompt, max_tokens, model, prompt_cache_key)
     return [stream_chat(url, body, **options) for _ in range(runs)]
 
 
@@ -362,6 +369,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prompt", default="Tell me a story about a river.")
     parser.add_argument("--max-tokens", type=int, default=None)
     parser.add_argument("--model", default=None, help="the model name to send (default: none, the function's own)")
+    parser.add_argument(
+        "--prompt-cache-key",
+        default=None,
+        help="send this prompt_cache_key in every run (with PREFIX_AWARE_ROUTING on, runs after the first "
+        "go to the instance that holds the prefix)",
+    )
     parser.add_argument("--path", default=None, help="request path (default: /v1/chat/completions)")
     parser.add_argument("--sigv4", action="store_true", help="sign for an AWS_IAM Function URL (service lambda)")
     parser.add_argument("--region", default=None, help="signing region (default: from the URL, else AWS config)")
@@ -377,6 +390,7 @@ def main(argv: list[str] | None = None) -> int:
         prompt=args.prompt,
         max_tokens=args.max_tokens,
         model=args.model,
+        prompt_cache_key=args.prompt_cache_key,
         path=args.path,
         sigv4=args.sigv4,
         region=args.region,

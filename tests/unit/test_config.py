@@ -145,3 +145,21 @@ def test_a_bad_models_setting_is_refused_at_init_naming_the_model_and_key(env: d
 
 def test_the_endpoint_name_may_name_one_of_the_models_endpoints() -> None:
     assert Config.from_env({"MODELS": MODELS, "SAGEMAKER_ENDPOINT_NAME": "e-b"}).model_ids == ("a", "b")
+
+
+def test_prefix_aware_routing_is_off_unless_set_and_each_model_may_differ_from_the_global_setting() -> None:
+    assert Config.from_env(BASE).prefix_aware_routing is False
+    assert Config.from_env({**BASE, "PREFIX_AWARE_ROUTING": "true"}).prefix_aware_routing is True
+    models = '{"a": {"endpoint": "e-a"}, "b": {"endpoint": "e-b", "prefix_aware_routing": false}}'
+    cfg = Config.from_env({"MODELS": models, "PREFIX_AWARE_ROUTING": "true"})
+    a, b = cfg.for_model("a"), cfg.for_model("b")
+    assert a is not None and b is not None
+    assert (a.prefix_aware_routing, b.prefix_aware_routing) == (True, False)
+    only_one = Config.from_env(
+        {"MODELS": '{"a": {"endpoint": "e-a", "prefix_aware_routing": true}, "b": {"endpoint": "e-b"}}'}
+    )
+    assert [only_one.for_model(m).prefix_aware_routing for m in ("a", "b")] == [True, False]  # type: ignore[union-attr]
+    with pytest.raises(ConfigError, match="PREFIX_AWARE_ROUTING"):
+        Config.from_env({**BASE, "PREFIX_AWARE_ROUTING": "sometimes"})
+    with pytest.raises(ConfigError, match="prefix_aware_routing"):
+        Config.from_env({"MODELS": '{"a": {"endpoint": "e-a", "prefix_aware_routing": "yes"}}'})

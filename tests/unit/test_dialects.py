@@ -627,3 +627,19 @@ def test_values_that_ask_for_nothing_pass_a_prompt_container(fmt: Dialect) -> No
     )
     body = upstream_body(fmt, request, prompt_template="chatml", stream=True, max_tokens_default=None)
     assert set(body) == {"inputs", "parameters", "stream"}
+
+
+@pytest.mark.parametrize("fmt", ["tgi", "lmi"])
+def test_prompt_cache_key_carried_by_the_call_is_not_refused_nor_put_in_a_generate_body(fmt: Dialect) -> None:
+    request = parse_chat(chat(prompt_cache_key="conversation-1"), max_tokens_limit=None)
+    assert refused(fmt, chat(prompt_cache_key="conversation-1")).param == "prompt_cache_key"
+    carried = frozenset({"prompt_cache_key"})
+    body = upstream_body(fmt, request, prompt_template="chatml", stream=True, max_tokens_default=None, in_call=carried)
+    assert "conversation-1" not in json.dumps(body)
+
+
+def test_prompt_cache_key_carried_by_the_call_is_still_forwarded_to_an_openai_container() -> None:
+    request = parse_chat(chat(prompt_cache_key="conversation-1"), max_tokens_limit=None)
+    carried = frozenset({"prompt_cache_key"})
+    body = upstream_body("openai", request, prompt_template=None, stream=True, max_tokens_default=None, in_call=carried)
+    assert body["prompt_cache_key"] == "conversation-1"
