@@ -260,7 +260,9 @@ _KEY_LIST = re.compile(
     re.IGNORECASE,
 )
 _QUOTED_KEY = re.compile(r"[`\"']([A-Za-z_][\w]*)[`\"']")
-_NUMBER_NAMES = frozenset("age count number total days hours years price amount quantity score year size".split())
+_NUMBER_NAMES = frozenset(
+    "age count number total days hours years price amount quantity score year size population".split()
+)
 
 
 def keys_asked(text: str) -> list[str]:
@@ -331,9 +333,10 @@ class _Sampler:
 
     def __init__(self, root: Mapping[str, Any], prompt: str, *, every_property: bool) -> None:
         self.root = root
-        self.prompt = prompt
         self.every_property = every_property
         self.rng = random.Random(prompt)
+        # Values come from what the prompt says, not from a schema or an example it embeds.
+        prompt = self.prompt = _without_json(prompt)
         self.numbers = [float(n) for n in re.findall(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w.])", prompt)]
         # Capitalised words not opening a sentence: the names a prompt is about ("weather in Paris").
         self.names = [
@@ -520,7 +523,7 @@ class _Sampler:
         if isinstance(fmt, str) and fmt in _FORMATS:
             return _FORMATS[fmt]
         said = self._after_name(name, r"\"[^\"]*\"|'[^']*'|[\w][\w'-]*")
-        candidates = [said.strip("\"'")] if said is not None else []
+        candidates = [said.strip("\"'")] if said is not None and said.lower() not in _STOPWORDS else []
         candidates += self.names[salt : salt + 1]
         candidates.append(_FILLER[(self.rng.randrange(len(_FILLER)) + salt) % len(_FILLER)])
         low = int(schema.get("minLength") or 0)
@@ -530,6 +533,24 @@ class _Sampler:
                 return candidate
         text = (candidates[-1] * (low // max(1, len(candidates[-1])) + 1))[: max(low, 1)]
         return text[:high] if isinstance(high, int) else text
+
+
+def _without_json(text: str) -> str:
+    """``text`` less the JSON objects in it."""
+    decoder = json.JSONDecoder()
+    out, start = [], 0
+    at = text.find("{")
+    while at != -1:
+        try:
+            _, end = decoder.raw_decode(text, at)
+        except ValueError:
+            at = text.find("{", at + 1)
+            continue
+        out.append(text[start:at])
+        start = end
+        at = text.find("{", end)
+    out.append(text[start:])
+    return " ".join(out)
 
 
 def _merge(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
