@@ -40,7 +40,8 @@ and answers in text using the tool results once they are in; with ``Scenario.rea
 (``reasoning_content`` chunks, ``completion_tokens_details.reasoning_tokens`` in usage); with ``logprobs``
 each content chunk carries them (``top_logprobs`` alternatives). A JSON ``response_format`` (or TGI's
 ``parameters.grammar``) makes the text a JSON document valid for the schema, ``json_object`` one shaped by
-the prompt, so ``chat.completions.parse``, instructor and LangChain's ``json_mode`` work. TGI's events carry ``top_tokens`` when ``top_n_tokens`` is asked and
+the prompt, so ``chat.completions.parse``, instructor and LangChain's ``json_mode`` work.
+TGI's events carry ``top_tokens`` when ``top_n_tokens`` is asked and
 its whole answer ``details.tokens``. With ``Scenario.context_length``, a prompt plus ``max_tokens`` over it
 gets the container's refusal (vLLM's 400, TGI's 422, LMI's 400) wrapped as SageMaker wraps it: a
 ``ModelError`` 424 with ``OriginalStatusCode`` and ``OriginalMessage``.

@@ -37,17 +37,16 @@ from dataclasses import dataclass
 from typing import Any
 
 # Words that say nothing about which tool a prompt wants.
-_STOPWORDS = frozenset(
-    """a an the and or of to in on at for from by with about into over under is are was were be been am do does
-    did can could would should will shall may might must i you he she it we they me my your our their this that
-    these those what which who whom whose when where why how please tell give show let get set make use call run
-    tool tools function functions some any all there here not no yes if then than so as its it's just also me""".split()
+_STOPWORD_TEXT = (
+    "a an the and or of to in on at for from by with about into over under is are was were be been am do does "
+    "did can could would should will shall may might must i you he she it we they me my your our their this "
+    "that these those what which who whom whose when where why how please tell give show let get set make use "
+    "call run tool tools function functions some any all there here not no yes if then than so as its just also"
 )
+_STOPWORDS = frozenset(_STOPWORD_TEXT.split())
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9]*")
-_FILLER = (
-    "river mill garden summer light water beans sunflowers evening clouds wind stories hills towns markets "
-    "bakeries libraries streets music bicycles"
-).split()
+# Words for values the prompt does not give (tokens of the endpoint's own prose).
+_FILLER = ("river", "mill", "garden", "summer", "light", "water", "beans", "evening", "clouds", "wind", "hills")
 
 
 def words_of(text: str) -> list[str]:
@@ -261,7 +260,22 @@ _KEY_LIST = re.compile(
 )
 _QUOTED_KEY = re.compile(r"[`\"']([A-Za-z_][\w]*)[`\"']")
 _NUMBER_NAMES = frozenset(
-    "age count number total days hours years price amount quantity score year size population".split()
+    [
+        "age",
+        "count",
+        "number",
+        "total",
+        "days",
+        "hours",
+        "years",
+        "price",
+        "amount",
+        "quantity",
+        "score",
+        "year",
+        "size",
+        "population",
+    ]
 )
 
 
@@ -406,11 +420,11 @@ class _Sampler:
     def _object(self, schema: Mapping[str, Any], depth: int) -> dict[str, Any]:
         properties = schema.get("properties") if isinstance(schema.get("properties"), Mapping) else {}
         required = [r for r in schema.get("required") or [] if isinstance(r, str)]
-        wanted = (
-            lambda n: n in required
-            or (self.every_property and depth < _MAX_DEPTH)
-            or (self._mentioned(n) and depth < _MAX_DEPTH)
-        )
+        deep = depth >= _MAX_DEPTH
+
+        def wanted(n: str) -> bool:
+            return n in required or (not deep and (self.every_property or self._mentioned(n)))
+
         out = {n: self.value(sub, n, depth=depth + 1) for n, sub in properties.items() if wanted(n)}
         for n in required:  # required but not described: any value will do
             if n not in out:
@@ -474,7 +488,7 @@ class _Sampler:
     def _number(self, schema: Mapping[str, Any], name: str, salt: int, *, integer: bool) -> int | float:
         said = self._after_name(name, r"-?\d+(?:\.\d+)?")
         candidates = [float(said)] if said is not None else []
-        candidates += self.numbers[salt : salt + 1] + [7.0 + salt if integer else 2.5 + salt]
+        candidates += [*self.numbers[salt : salt + 1], 7.0 + salt if integer else 2.5 + salt]
         for candidate in candidates:
             value = self._fit(candidate, schema, integer=integer)
             if value is not None:

@@ -98,9 +98,9 @@ def test_openai_tool_loop_ends_in_text_that_uses_the_result(stack: LocalStack, s
             with client.chat.completions.stream(model=MODEL, messages=messages, tools=[WEATHER, TIME]) as events:
                 message = events.get_final_completion().choices[0].message
         else:
-            message = client.chat.completions.create(model=MODEL, messages=messages, tools=[WEATHER, TIME]).choices[
-                0
-            ].message
+            message = (
+                client.chat.completions.create(model=MODEL, messages=messages, tools=[WEATHER, TIME]).choices[0].message
+            )
         if not message.tool_calls:
             break
         messages.append(assistant_turn(message))
@@ -131,13 +131,17 @@ def test_tool_choice_required_calls_every_turn_and_a_named_tool_is_the_one_calle
 
     named = {"type": "function", "function": {"name": "get_time"}}
     weather_question: list[Any] = [{"role": "user", "content": "What is the weather in Oslo?"}]
-    forced = client.chat.completions.create(model=MODEL, messages=weather_question, tools=[WEATHER, TIME], tool_choice=named)
+    forced = client.chat.completions.create(
+        model=MODEL, messages=weather_question, tools=[WEATHER, TIME], tool_choice=named
+    )
     assert [c.function.name for c in forced.choices[0].message.tool_calls or []] == ["get_time"]
     unforced = client.chat.completions.create(model=MODEL, messages=weather_question, tools=[WEATHER, TIME])
     (weather,) = unforced.choices[0].message.tool_calls or []
     assert weather.function.name == "get_weather"
     assert json.loads(weather.function.arguments) == {"city": "Oslo", "unit": "celsius"}
-    none = client.chat.completions.create(model=MODEL, messages=weather_question, tools=[WEATHER, TIME], tool_choice="none")
+    none = client.chat.completions.create(
+        model=MODEL, messages=weather_question, tools=[WEATHER, TIME], tool_choice="none"
+    )
     assert none.choices[0].message.tool_calls is None and none.choices[0].message.content
     assert [b.get("tool_choice") for b in sent(stack)] == ["required", "required", "auto", named, None, "none"]
 
@@ -211,7 +215,9 @@ def test_instructor_gives_the_pydantic_model(stack: LocalStack, mode: instructor
 
 
 def test_pydantic_ai_output_type_with_a_tool(stack: LocalStack) -> None:
-    provider = OpenAIProvider(openai_client=openai.AsyncOpenAI(base_url=base_url(stack), api_key="unused", max_retries=0))
+    provider = OpenAIProvider(
+        openai_client=openai.AsyncOpenAI(base_url=base_url(stack), api_key="unused", max_retries=0)
+    )
     agent = Agent(OpenAIChatModel(MODEL, provider=provider), output_type=Forecast)
     seen: list[str] = []
 

@@ -7,6 +7,7 @@ the schemas pydantic writes for typical models, and schemas hypothesis makes up.
 from __future__ import annotations
 
 import datetime
+import doctest
 import enum
 import json
 import uuid
@@ -248,20 +249,32 @@ def test_enums_follow_the_prompt() -> None:
 # A strategy for JSON Schemas of the kinds structured output uses; every one has at least one instance.
 _leaf = st.one_of(
     st.just({"type": "string"}),
-    st.builds(lambda lo, extra: {"type": "string", "minLength": lo, "maxLength": lo + extra}, st.integers(0, 8),
-              st.integers(0, 8)),
+    st.builds(
+        lambda lo, extra: {"type": "string", "minLength": lo, "maxLength": lo + extra},
+        st.integers(0, 8),
+        st.integers(0, 8),
+    ),
     st.sampled_from([{"type": "string", "format": f} for f in ("date", "date-time", "email", "uri", "uuid")]),
     st.just({"type": "integer"}),
-    st.builds(lambda lo, extra: {"type": "integer", "minimum": lo, "maximum": lo + extra}, st.integers(-50, 50),
-              st.integers(0, 20)),
-    st.builds(lambda lo, m: {"type": "integer", "exclusiveMinimum": lo, "multipleOf": m}, st.integers(-20, 20),
-              st.integers(1, 7)),
-    st.builds(lambda lo: {"type": "number", "exclusiveMinimum": lo, "exclusiveMaximum": lo + 1},
-              st.floats(-100, 100, allow_nan=False)),
+    st.builds(
+        lambda lo, extra: {"type": "integer", "minimum": lo, "maximum": lo + extra},
+        st.integers(-50, 50),
+        st.integers(0, 20),
+    ),
+    st.builds(
+        lambda lo, m: {"type": "integer", "exclusiveMinimum": lo, "multipleOf": m},
+        st.integers(-20, 20),
+        st.integers(1, 7),
+    ),
+    st.builds(
+        lambda lo: {"type": "number", "exclusiveMinimum": lo, "exclusiveMaximum": lo + 1},
+        st.floats(-100, 100, allow_nan=False),
+    ),
     st.just({"type": "boolean"}),
     st.just({"type": "null"}),
     st.lists(st.one_of(st.text(min_size=1, max_size=5), st.integers()), min_size=1, max_size=4, unique=True).map(
-        lambda values: {"enum": values}),
+        lambda values: {"enum": values}
+    ),
     st.builds(lambda v: {"const": v}, st.one_of(st.text(max_size=5), st.integers(), st.booleans())),
 )
 
@@ -279,8 +292,12 @@ def _compound(children: st.SearchStrategy[dict[str, Any]]) -> st.SearchStrategy[
             st.dictionaries(names, children, max_size=4),
             st.data(),
         ),
-        st.builds(lambda items, lo, extra: {"type": "array", "items": items, "minItems": lo, "maxItems": lo + extra},
-                  children, st.integers(0, 3), st.integers(0, 3)),
+        st.builds(
+            lambda items, lo, extra: {"type": "array", "items": items, "minItems": lo, "maxItems": lo + extra},
+            children,
+            st.integers(0, 3),
+            st.integers(0, 3),
+        ),
         st.builds(lambda a, b: {"anyOf": [a, b]}, children, children),
         st.builds(lambda a: {"anyOf": [a, {"type": "null"}]}, children),
         st.builds(lambda t: {"type": [t, "null"]}, st.sampled_from(["string", "integer", "boolean"])),
@@ -303,7 +320,10 @@ def test_any_generated_schema_gets_a_valid_document(schema: dict[str, Any], prom
 def test_schemas_behind_refs_get_valid_documents(schema: dict[str, Any], prompt: str) -> None:
     wrapped = {
         "type": "object",
-        "properties": {"first": {"$ref": "#/$defs/Inner"}, "rest": {"type": "array", "items": {"$ref": "#/$defs/Inner"}}},
+        "properties": {
+            "first": {"$ref": "#/$defs/Inner"},
+            "rest": {"type": "array", "items": {"$ref": "#/$defs/Inner"}},
+        },
         "required": ["first", "rest"],
         "$defs": {"Inner": schema},
     }
@@ -354,3 +374,8 @@ def test_a_prompt_asking_for_a_json_code_block_gets_one_without_response_format(
     assert text.startswith("```json\n") and text.endswith("\n```")
     Forecast.model_validate_json(text.removeprefix("```json\n").removesuffix("\n```"))
     assert generate({"messages": [user("Tell me about JSON")]}, Scenario()).text.startswith("You asked")
+
+
+def test_the_modules_examples_hold() -> None:
+    result = doctest.testmod(model)
+    assert result.attempted > 0 and result.failed == 0
