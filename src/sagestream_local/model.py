@@ -355,7 +355,7 @@ class _Sampler:
         # Capitalised words not opening a sentence: the names a prompt is about ("weather in Paris").
         self.names = [
             m[1]
-            for m in re.finditer(r"(?<=[a-z0-9,;:] )([A-Z][\w'-]*)", prompt)
+            for m in re.finditer(r"(?<=[a-z0-9,;:] )([A-Z][a-z][\w'-]*)", prompt)  # "JSON" is no name
             if m[1].lower() not in _STOPWORDS and m[1] != "I"
         ]
 

@@ -25,6 +25,7 @@ from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
 
 from sagestream_local.stack import SIM_ENDPOINT_NAME, LocalStack
+from tests.e2e.conftest import GetStack
 
 MODEL = SIM_ENDPOINT_NAME
 WEATHER = {
@@ -209,6 +210,42 @@ def test_instructor_gives_the_pydantic_model(stack: LocalStack, mode: instructor
         assert body["response_format"] == {"type": "json_object"}
     else:
         assert "response_format" not in body
+
+
+@pytest.mark.parametrize(
+    ("env", "mode"),
+    [
+        ({"UPSTREAM_FORMAT": "tgi", "PROMPT_TEMPLATE": "chatml"}, instructor.Mode.JSON),
+        ({"UPSTREAM_FORMAT": "tgi", "PROMPT_TEMPLATE": "chatml"}, instructor.Mode.MD_JSON),
+        # LMI has no guided decoding (json_object is refused by name), but a prompt can still ask for JSON
+        ({"UPSTREAM_FORMAT": "lmi", "PROMPT_TEMPLATE": "llama3"}, instructor.Mode.MD_JSON),
+    ],
+    ids=["tgi-JSON", "tgi-MD_JSON", "lmi-MD_JSON"],
+)
+def test_instructor_on_prompt_dialects(stack_for: GetStack, env: dict[str, str], mode: instructor.Mode) -> None:
+    stack = stack_for(**env)
+    client = instructor.from_openai(sdk(stack), mode=mode)
+    user = client.chat.completions.create(
+        model=MODEL,
+        response_model=User,
+        messages=[{"role": "user", "content": "Extract: Jason is 25 years old."}],
+        max_retries=0,
+    )
+    assert user.model_dump() == {"name": "Jason", "age": 25}
+    parameters = sent(stack)[-1]["parameters"]
+    if mode is instructor.Mode.JSON:  # TGI's grammar for json_object: any object, shaped by the prompt
+        assert parameters["grammar"] == {"type": "json", "value": {"type": "object"}}
+    else:
+        assert "grammar" not in parameters
+
+
+def test_tgi_grammar_from_a_json_schema_response_format(stack_for: GetStack) -> None:
+    stack = stack_for(UPSTREAM_FORMAT="tgi", PROMPT_TEMPLATE="chatml")
+    ask = [{"role": "user", "content": "Forecast for Oslo, 3 days"}]
+    forecast = sdk(stack).chat.completions.parse(model=MODEL, messages=ask, response_format=Forecast)
+    parsed = forecast.choices[0].message.parsed
+    assert isinstance(parsed, Forecast) and (parsed.city, parsed.days) == ("Oslo", 3)
+    assert sent(stack)[-1]["parameters"]["grammar"]["value"]["required"] == ["city", "days", "rain"]
 
 
 # --- pydantic-ai --------------------------------------------------------------------------------------------
