@@ -350,7 +350,7 @@ def generate(request: Mapping[str, Any], scenario: Scenario) -> Generation:
     reasoning = tuple(_REASONING[: scenario.reasoning]) if scenario.dialect == "openai" else ()
     call = model.tool_to_call(request) if scenario.dialect == "openai" else None
     if call is not None:
-        arguments = json.dumps(model.arguments_for(call.parameters, gen.prompt), ensure_ascii=False)
+        arguments = json.dumps(model.arguments_for(call.parameters, model.what_was_said(request)), ensure_ascii=False)
         fragments = tuple(arguments[i : i + 7] for i in range(0, len(arguments), 7))
         return Generation(gen.prompt, (), "tool_calls", reasoning, call.name, fragments)
     return dataclasses.replace(gen, reasoning=reasoning)

@@ -161,7 +161,9 @@ def tool_to_call(request: Mapping[str, Any]) -> ToolCall | None:
     if not functions or choice == "none" or not _messages(request):
         return None
     if isinstance(choice, dict):
-        wanted = choice.get("function", {}).get("name") if isinstance(choice.get("function"), dict) else None
+        # chat completions' {"type": "function", "function": {"name": ...}}, or the Responses API's flat one
+        function = choice.get("function")
+        wanted = function.get("name") if isinstance(function, dict) else choice.get("name")
         named = [f for f in functions if f["name"] == wanted]
         return _call(named[0]) if named else None
     prompt = _last_user_text(request)
@@ -187,6 +189,11 @@ def _last_user_text(request: Mapping[str, Any]) -> str:
         if message.get("role") == "user":
             return _text(message.get("content"))
     return ""
+
+
+def what_was_said(request: Mapping[str, Any]) -> str:
+    """The text a tool call's argument values come from: the user's last message and the tool results since."""
+    return "\n".join([_last_user_text(request), *(r.content for r in tool_results(request))])
 
 
 def answer_opening(request: Mapping[str, Any]) -> list[str] | None:

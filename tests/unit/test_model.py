@@ -123,6 +123,18 @@ def test_a_named_function_is_called_whatever_the_prompt_and_every_turn() -> None
     assert chosen(messages, [WEATHER, SEARCH], named) == "search_flights"
 
 
+def test_the_responses_apis_flat_named_function_is_honoured_too() -> None:
+    named = {"type": "function", "name": "search_flights"}
+    assert chosen([user("What is the weather in Oslo?")], [WEATHER, SEARCH], named) == "search_flights"
+
+
+def test_a_call_after_tool_results_takes_its_values_from_them() -> None:
+    messages = [user("Summarise the weather"), *after_call("get_weather", "Rain in Bergen all week")]
+    gen = generate({"messages": messages, "tools": [WEATHER, FINAL], "tool_choice": "required"}, Scenario())
+    assert gen.tool_name == "final_result"
+    assert json.loads("".join(gen.tool_arguments)) == {"summary": "Bergen"}
+
+
 def test_the_text_answer_after_tool_results_reports_them() -> None:
     messages = [user("What is the weather in Oslo?"), *after_call("get_weather", '{"sky": "clear"}')]
     gen = generate({"messages": messages, "tools": [WEATHER]}, Scenario(tokens=8))
