@@ -269,6 +269,8 @@ def test_pydantic_ai_output_type_with_a_tool(stack: LocalStack) -> None:
     assert isinstance(result.output, Forecast) and result.output.city == "Oslo"
     first, second = sent(stack)  # the tool's call, then the output tool's: two model turns
     assert {t["function"]["name"] for t in first["tools"]} == {"get_weather", "final_result"}
+    # text is no output here, so each turn must call a tool: the weather first, the output tool once it is in
+    assert first["tool_choice"] == second["tool_choice"] == "required"
     assert second["messages"][-1] == {
         "role": "tool",
         "tool_call_id": second["messages"][-2]["tool_calls"][0]["id"],
