@@ -125,7 +125,10 @@ def test_tool_choice_required_calls_every_turn_and_a_named_tool_is_the_one_calle
         {"role": "tool", "tool_call_id": call.id, "content": "sunny"},
     ]
     again = client.chat.completions.create(model=MODEL, messages=history, tools=[WEATHER, TIME], tool_choice="required")
-    assert again.choices[0].message.tool_calls and again.choices[0].finish_reason == "tool_calls"
+    assert again.choices[0].finish_reason == "tool_calls"
+    # nothing in the prompt matches a tool: the first listed, then the one not called yet
+    assert call.function.name == "get_weather"
+    assert [c.function.name for c in again.choices[0].message.tool_calls or []] == ["get_time"]
     # after the results, "auto" answers in text
     done = client.chat.completions.create(model=MODEL, messages=history, tools=[WEATHER, TIME], tool_choice="auto")
     assert done.choices[0].message.tool_calls is None and "sunny" in (done.choices[0].message.content or "")
