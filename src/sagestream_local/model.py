@@ -549,11 +549,27 @@ class _Sampler:
         candidates.append(_FILLER[(self.rng.randrange(len(_FILLER)) + salt) % len(_FILLER)])
         low = int(schema.get("minLength") or 0)
         high = schema.get("maxLength")
+        pattern = schema.get("pattern")
+        if isinstance(pattern, str):
+            # No generator for regular expressions: a word of the prompt that matches ("OSL" for ^[A-Z]{3}$),
+            # else the value stays invalid (README, "The simulated model").
+            candidates[1:1] = re.findall(r"[\w@.:/+-]+", self.prompt)
         for candidate in candidates:
-            if len(candidate) >= low and (not isinstance(high, int) or len(candidate) <= high):
+            if (
+                len(candidate) >= low
+                and (not isinstance(high, int) or len(candidate) <= high)
+                and (not isinstance(pattern, str) or _matches(pattern, candidate))
+            ):
                 return candidate
         text = (candidates[-1] * (low // max(1, len(candidates[-1])) + 1))[: max(low, 1)]
         return text[:high] if isinstance(high, int) else text
+
+
+def _matches(pattern: str, text: str) -> bool:
+    try:
+        return re.search(pattern, text) is not None
+    except re.error:  # ECMA-262 syntax Python's re does not know: take the value
+        return True
 
 
 def _without_json(text: str) -> str:

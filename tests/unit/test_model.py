@@ -7,8 +7,10 @@ the schemas pydantic writes for typical models, and schemas hypothesis makes up.
 from __future__ import annotations
 
 import datetime
+import decimal
 import doctest
 import enum
+import ipaddress
 import json
 import uuid
 from typing import Annotated, Any, Literal
@@ -18,7 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from langchain_core.output_parsers import PydanticOutputParser
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, HttpUrl
 
 from sagestream_local import model
 from sagestream_local.endpoint import Scenario, generate
@@ -231,13 +233,27 @@ class Forecast(BaseModel):
     hours: list[float]
 
 
-PYDANTIC_MODELS: list[type[BaseModel]] = [Person, Node, Forecast, Address, Cat]
+class Odds(BaseModel):
+    price: decimal.Decimal
+    site: HttpUrl
+    ip: ipaddress.IPv4Address
+    wait: datetime.timedelta
+    at: datetime.time
+    level: Literal[1, 2, 3]
+    codes: frozenset[int]
+    meta: dict[str, list[int]] | None
+    blob: bytes
+    few: Annotated[list[int], Field(min_length=3, max_length=5)]
+    airport: Annotated[str, Field(pattern=r"^[A-Z]{3}$")]
+
+
+PYDANTIC_MODELS: list[type[BaseModel]] = [Person, Node, Forecast, Address, Cat, Odds]
 
 
 @pytest.mark.parametrize("cls", PYDANTIC_MODELS, ids=lambda c: c.__name__)
 def test_documents_for_pydantic_schemas_validate_and_parse(cls: type[BaseModel]) -> None:
     schema = cls.model_json_schema()
-    document = model.document_for(schema, "Jason Smith is 25 years old and lives in Oslo.")
+    document = model.document_for(schema, "Jason Smith is 25 years old and lives in Oslo (OSL).")
     jsonschema.validate(document, schema)
     cls.model_validate(document)  # pydantic's own reading, formats (dates, uuid) included
     cls.model_validate_json(json.dumps(document))
@@ -250,6 +266,11 @@ def test_a_document_takes_its_values_from_the_prompt() -> None:
 
     document = model.document_for(User.model_json_schema(), "Extract: Jason is 25 years old")
     assert document == {"name": "Jason", "age": 25}
+
+
+def test_a_pattern_is_met_by_a_word_of_the_prompt() -> None:
+    schema = {"type": "object", "properties": {"origin": {"type": "string", "pattern": "^[A-Z]{3}$"}}}
+    assert model.document_for(schema, "Flights from Oslo (OSL) to London") == {"origin": "OSL"}
 
 
 def test_enums_follow_the_prompt() -> None:
