@@ -265,25 +265,9 @@ _KEY_LIST = re.compile(
     r"((?:[`'\"]?[A-Za-z_][\w]*[`'\"]?(?:\s*,\s*|\s*,?\s+and\s+|\s+or\s+)?)+)",
     re.IGNORECASE,
 )
-_QUOTED_KEY = re.compile(r"[`\"']([A-Za-z_][\w]*)[`\"']")
-_NUMBER_NAMES = frozenset(
-    [
-        "age",
-        "count",
-        "number",
-        "total",
-        "days",
-        "hours",
-        "years",
-        "price",
-        "amount",
-        "quantity",
-        "score",
-        "year",
-        "size",
-        "population",
-    ]
-)
+# Keys a prompt names whose values are counts rather than words.
+_NUMBER_NAME_TEXT = "age count number total days hours years price amount quantity score year size population"
+_NUMBER_NAMES = frozenset(_NUMBER_NAME_TEXT.split())
 
 
 def keys_asked(text: str) -> list[str]:
@@ -369,6 +353,8 @@ class _Sampler:
     def value(self, schema: Any, name: str = "", salt: int = 0, depth: int = 0) -> Any:
         if not isinstance(schema, Mapping):
             return None if schema is False else self.rng.choice(_FILLER)
+        if depth > 8 * _MAX_DEPTH:
+            return {}  # a schema with no finite instance (a required $ref cycle): stop rather than overflow
         if "$ref" in schema:
             return self.value(self._resolve(str(schema["$ref"])), name, salt, depth + 1)
         if "const" in schema:

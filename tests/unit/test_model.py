@@ -259,6 +259,18 @@ def test_documents_for_pydantic_schemas_validate_and_parse(cls: type[BaseModel])
     cls.model_validate_json(json.dumps(document))
 
 
+def test_a_schema_without_a_finite_instance_ends_the_walk_instead_of_overflowing() -> None:
+    loop = {
+        "$ref": "#/$defs/L",
+        "$defs": {"L": {"type": "object", "properties": {"next": {"$ref": "#/$defs/L"}}, "required": ["next"]}},
+    }
+    document = model.document_for(loop, "")
+    depth = 0
+    while document:
+        document, depth = document["next"], depth + 1
+    assert depth > 10
+
+
 def test_a_document_takes_its_values_from_the_prompt() -> None:
     class User(BaseModel):
         name: str
