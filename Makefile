@@ -14,6 +14,7 @@ SAM := $(SAM_VENV)/bin/sam
 # `cargo lambda watch --only-lambda-apis` never does; it needs only `cargo` on PATH, for `cargo metadata`.
 CARGO_LAMBDA_VENV := .venv-cargo-lambda
 CARGO_LAMBDA_VERSION := 1.9.2
+INSTRUCTOR_VERSION := 1.17.0
 PORT ?= 3000
 EVENT ?= events/chat-stream.json
 ENV ?= dev
@@ -42,6 +43,9 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
+	@# instructor (a test client) caps jiter below what openai needs; it runs on the newer jiter, so it is
+	@# installed without its dependencies, which pyproject's dev extra lists.
+	$(PY) -m pip install -q --no-deps instructor==$(INSTRUCTOR_VERSION)
 	@touch $@
 
 # The SAM CLI pins its own boto3, so it lives in a virtual environment of its own.

@@ -40,14 +40,16 @@ Fault names and what botocore raises for them (status and code as a real endpoin
 ``stall``                   nothing more is sent; the connection stays open until the client goes
 =========================== ==========================================================================
 
-What the "model" answers follows the request as the containers do. On ``openai``: with ``tools`` (and
-``tool_choice`` other than ``none``) after a user turn it calls the named or first tool the way vLLM's tool
-parsers stream it (a head chunk with index, id, type and name, then one chunk per argument fragment, so the
-arguments span several PayloadParts), ``finish_reason: "tool_calls"``; with ``Scenario.reasoning`` it
-thinks first (``reasoning_content`` chunks, ``completion_tokens_details.reasoning_tokens`` in usage); with
-``logprobs`` each content chunk carries them (``top_logprobs`` alternatives). A JSON ``response_format``
-(or TGI's ``parameters.grammar``) makes the text a JSON document valid for the schema (:func:`sample_json`),
-so ``chat.completions.parse`` works. TGI's events carry ``top_tokens`` when ``top_n_tokens`` is asked and
+What the "model" answers follows the request as the containers do, its decisions those of a small obedient
+model (:mod:`sagestream_local.model`). On ``openai``: with ``tools`` it calls the tool ``tool_choice`` and the
+prompt ask for the way vLLM's tool parsers stream it (a head chunk with index, id, type and name, then one
+chunk per argument fragment, so the arguments span several PayloadParts), ``finish_reason: "tool_calls"``,
+and answers in text using the tool results once they are in; with ``Scenario.reasoning`` it thinks first
+(``reasoning_content`` chunks, ``completion_tokens_details.reasoning_tokens`` in usage); with ``logprobs``
+each content chunk carries them (``top_logprobs`` alternatives). A JSON ``response_format`` (or TGI's
+``parameters.grammar``) makes the text a JSON document valid for the schema, ``json_object`` one shaped by
+the prompt, so ``chat.completions.parse``, instructor and LangChain's ``json_mode`` work.
+TGI's events carry ``top_tokens`` when ``top_n_tokens`` is asked and
 its whole answer ``details.tokens``. With ``Scenario.context_length``, a prompt plus ``max_tokens`` over it
 gets the container's refusal (vLLM's 400, TGI's 422, LMI's 400) wrapped as SageMaker wraps it: a
 ``ModelError`` 424 with ``OriginalStatusCode`` and ``OriginalMessage``.
@@ -102,6 +104,8 @@ from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal, NoReturn, get_args
 from urllib.parse import unquote
+
+from sagestream_local import model
 
 Dialect = Literal["openai", "tgi", "lmi"]
 Framing = Literal["chunked", "close"]
@@ -332,12 +336,15 @@ def prompt_of(request: Mapping[str, Any]) -> str:
     return ""
 
 
-def readable_tokens(prompt: str, count: int, non_ascii: float) -> list[str]:
-    """``count`` BPE-like tokens (leading spaces) of deterministic English echoing the prompt."""
+def readable_tokens(prompt: str, count: int, non_ascii: float, opening: list[str] | None = None) -> list[str]:
+    """``count`` BPE-like tokens (leading spaces) of deterministic English echoing the prompt (or starting
+    with ``opening``'s words)."""
     rng = random.Random(zlib.crc32(prompt.encode()))
     echo = [w.strip(".,!?;:\"'") for w in prompt.split()[:4]]
     words = ["You", "asked", "about", *[w for w in echo if w]] if any(echo) else ["Here", "is", "a", "story"]
     words[-1] += "."
+    if opening:
+        words = list(opening)
     capitalize = True
     while len(words) < count:
         word = rng.choice(_NON_ASCII_WORDS) if rng.random() < non_ascii else rng.choice(_WORDS)
@@ -351,101 +358,43 @@ def readable_tokens(prompt: str, count: int, non_ascii: float) -> list[str]:
 def generate(request: Mapping[str, Any], scenario: Scenario) -> Generation:
     """Apply the request's token limit and stop sequences to the scenario's text.
 
-    A request with tools (and ``tool_choice`` other than ``none``) whose last message is the user's gets
-    a call of the named or first tool, with arguments valid for its parameters' schema; one with a JSON
-    ``response_format`` (or TGI's ``grammar``) gets JSON valid for its schema as its text.
+    What the model says follows :mod:`sagestream_local.model`: on ``openai`` a call of the tool
+    ``tool_choice`` and the prompt ask for (:func:`~sagestream_local.model.tool_to_call`), with arguments valid
+    for its parameters' schema; JSON valid for a JSON ``response_format`` (or TGI's ``grammar``), or for the
+    schema a prompt embeds when it asks for JSON in text; otherwise text, opening with the tool results once
+    they are in.
     """
     gen = _generate_text(request, scenario)
     reasoning = tuple(_REASONING[: scenario.reasoning]) if scenario.dialect == "openai" else ()
-    tool = _tool_to_call(request) if scenario.dialect == "openai" else None
-    if tool is not None:
-        name, parameters = tool
-        arguments = json.dumps(sample_json(parameters, random.Random(gen.prompt)), ensure_ascii=False)
+    call = model.tool_to_call(request) if scenario.dialect == "openai" else None
+    if call is not None:
+        arguments = json.dumps(model.arguments_for(call.parameters, model.what_was_said(request)), ensure_ascii=False)
         fragments = tuple(arguments[i : i + 7] for i in range(0, len(arguments), 7))
-        return Generation(gen.prompt, (), "tool_calls", reasoning, name, fragments)
+        return Generation(gen.prompt, (), "tool_calls", reasoning, call.name, fragments)
     return dataclasses.replace(gen, reasoning=reasoning)
 
 
 _REASONING = [" Let", " me", " think", " about", " what", " was", " asked", " and", " answer", " it", "."]
 
 
-def _tool_to_call(request: Mapping[str, Any]) -> tuple[str, dict[str, Any]] | None:
-    tools = [
-        t["function"] for t in request.get("tools") or [] if isinstance(t, dict) and isinstance(t.get("function"), dict)
-    ]
-    choice = request.get("tool_choice", "auto")
-    messages = request.get("messages")
-    if not tools or choice == "none" or not isinstance(messages, list) or not messages:
-        return None
-    if not (isinstance(messages[-1], dict) and messages[-1].get("role") == "user"):
-        return None  # a tool's result came back: answer in text
-    if isinstance(choice, dict) and isinstance(choice.get("function"), dict):
-        tools = [t for t in tools if t.get("name") == choice["function"].get("name")] or tools
-    tool = tools[0]
-    parameters = tool.get("parameters") if isinstance(tool.get("parameters"), dict) else {"type": "object"}
-    return str(tool.get("name")), parameters
-
-
-def _json_schema_wanted(request: Mapping[str, Any], scenario: Scenario) -> dict[str, Any] | None:
-    """The schema the answer must follow: OpenAI's response_format or TGI's grammar."""
+def _json_wanted(request: Mapping[str, Any], scenario: Scenario) -> tuple[Mapping[str, Any], bool] | None:
+    """The schema the answer must follow and whether to fence it as Markdown: OpenAI's response_format,
+    TGI's grammar, or (on any dialect) a schema the prompt embeds when it asks for JSON in text."""
     if scenario.dialect == "openai":
         fmt = request.get("response_format")
         if isinstance(fmt, dict) and fmt.get("type") == "json_object":
-            return {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
+            return model.json_object_schema(request), False
         if isinstance(fmt, dict) and fmt.get("type") == "json_schema" and isinstance(fmt.get("json_schema"), dict):
             schema = fmt["json_schema"].get("schema")
-            return schema if isinstance(schema, dict) else {"type": "object"}
+            return (schema if isinstance(schema, dict) else {"type": "object"}), False
     elif scenario.dialect == "tgi":
         params = request.get("parameters")
         grammar = params.get("grammar") if isinstance(params, dict) else None
         if isinstance(grammar, dict) and grammar.get("type") == "json" and isinstance(grammar.get("value"), dict):
-            return grammar["value"]
-    return None
-
-
-def sample_json(schema: Mapping[str, Any], rng: random.Random, root: Mapping[str, Any] | None = None) -> Any:
-    """A value valid for ``schema``: the JSON Schema subset pydantic and tool definitions use.
-
-    Objects get every property (so ``required`` always holds), arrays two items, strings a word (or the
-    first ``enum`` value); ``$ref`` into ``$defs``, ``anyOf``/``oneOf``/``allOf`` take their first branch.
-
-    >>> sample_json({"type": "object", "properties": {"n": {"type": "integer"}, "tags": {"type": "array",
-    ...     "items": {"enum": ["a", "b"]}}}}, random.Random(0))
-    {'n': 7, 'tags': ['a', 'a']}
-    """
-    root = schema if root is None else root
-    if "$ref" in schema:
-        target: Any = root
-        for part in str(schema["$ref"]).removeprefix("#/").split("/"):
-            target = target.get(part, {}) if isinstance(target, dict) else {}
-        return sample_json(target, rng, root)
-    for key in ("anyOf", "oneOf", "allOf"):
-        if isinstance(schema.get(key), list) and schema[key]:
-            branches = [b for b in schema[key] if isinstance(b, dict) and b.get("type") != "null"] or schema[key]
-            return sample_json(branches[0], rng, root)
-    if "const" in schema:
-        return schema["const"]
-    if isinstance(schema.get("enum"), list) and schema["enum"]:
-        return schema["enum"][0]
-    kind = schema.get("type", "object" if "properties" in schema else "string")
-    if isinstance(kind, list):
-        kind = next((k for k in kind if k != "null"), "null")
-    if kind == "object":
-        properties = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
-        return {name: sample_json(sub, rng, root) for name, sub in properties.items() if isinstance(sub, dict)}
-    if kind == "array":
-        items = schema.get("items") if isinstance(schema.get("items"), dict) else {}
-        count = max(2, int(schema.get("minItems", 0) or 0))
-        return [sample_json(items, rng, root) for _ in range(count)]
-    if kind == "integer":
-        return int(schema.get("minimum", 0) or 0) + 7
-    if kind == "number":
-        return float(schema.get("minimum", 0) or 0) + 2.5
-    if kind == "boolean":
-        return True
-    if kind == "null":
-        return None
-    return rng.choice(_WORDS)
+            # {"type": "object"} is what json_object becomes: any object, so the prompt shapes it
+            value = grammar["value"]
+            return (model.json_object_schema(request) if value == {"type": "object"} else value), False
+    return model.json_wanted_in_text(request)
 
 
 def _generate_text(request: Mapping[str, Any], scenario: Scenario) -> Generation:
@@ -463,15 +412,18 @@ def _generate_text(request: Mapping[str, Any], scenario: Scenario) -> Generation
     finish: Literal["length", "eos", "stop"] = "eos"
     if isinstance(limit, int) and 0 < limit < count:
         count, finish = limit, "length"
-    schema = _json_schema_wanted(request, scenario)
-    if schema is not None:
+    wanted = _json_wanted(request, scenario)
+    if wanted is not None:
         # JSON as a model under guided decoding writes it: a few characters per token.
-        document = json.dumps(sample_json(schema, random.Random(prompt)), ensure_ascii=False)
+        schema, fenced = wanted
+        document = json.dumps(model.document_for(schema, prompt), ensure_ascii=False)
+        if fenced:
+            document = f"```json\n{document}\n```"
         parts = [document[i : i + 4] for i in range(0, len(document), 4)]
         if isinstance(limit, int) and 0 < limit < len(parts):
             return Generation(prompt, tuple(parts[:limit]), "length")
         return Generation(prompt, tuple(parts), "eos")
-    tokens = readable_tokens(prompt, count, scenario.non_ascii)
+    tokens = readable_tokens(prompt, count, scenario.non_ascii, model.answer_opening(request))
     text = ""
     for i, token in enumerate(tokens):
         text += token
