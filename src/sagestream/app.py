@@ -49,6 +49,7 @@ from sagestream.config import Config
 from sagestream.dialects import Delta
 from sagestream.errors import APIError
 from sagestream.function_url import event_body, media_type
+from sagestream.messages import MESSAGES
 from sagestream.record import StreamRecord
 from sagestream.relay import relay
 from sagestream.runtime import ClientDisconnected, LambdaContext, ResponseStream, WriteTimedOut
@@ -182,6 +183,8 @@ class App:
         routes = [
             *self._completion_routes("/v1/chat/completions", CHAT),
             *self._completion_routes("/v1/completions", COMPLETIONS),
+            *self._completion_routes("/v1/messages", MESSAGES),
+            Route("/v1/messages/count_tokens", ("POST",), App._count_tokens, keyed=True, api=MESSAGES),
             Route("/v1/models", ("GET",), App._models, keyed=True),
             *(Route(f"/v1/models/{model_id}", ("GET",), App._model, keyed=True) for model_id in config.model_ids),
             Route("/health", ("GET",), App._health),
@@ -345,22 +348,65 @@ class App:
         readable, model = _model_named(raw)
         cfg = self._target(model) if readable else self.config
         record.model, record.endpoint, record.dialect = cfg.model_id, cfg.endpoint_name, cfg.dialect
+        api.check_headers(call.request.headers)
         parsed = api.parse(raw, cfg)
         req = parsed.request
         record.streamed = bool(req.stream)
-        body = dialects.upstream_body(
-            cfg.dialect,
-            req,
-            prompt_template=cfg.prompt_template,
-            stream=bool(req.stream),
-            max_tokens_default=cfg.max_tokens_limit,
-        )
+        try:
+            body = dialects.upstream_body(
+                cfg.dialect,
+                req,
+                prompt_template=cfg.prompt_template,
+                stream=bool(req.stream),
+                max_tokens_default=cfg.max_tokens_limit,
+            )
+        except APIError as err:
+            raise parsed.in_client_terms(err) from None
         payload = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
         with self.telemetry.upstream(record):  # the trace subsegment ends with the stream
             if req.stream:
                 self._stream(call, cfg, api, parsed, payload)
             else:
                 self._whole(call, cfg, api, parsed, payload)
+
+    def _count_tokens(self, call: Call) -> None:
+        """``/v1/messages/count_tokens``: the container's own count of the prompt, read from its answer to the
+        same request cut at one token (``usage.prompt_tokens``: the prompt as its chat template and tokenizer
+        made it, tools included). A container that reports no prompt count gets a 501 saying so, never an
+        estimate."""
+        record = call.record
+        record.kind = "count_tokens"
+        raw = self._body(call.request)
+        readable, model = _model_named(raw)
+        cfg = self._target(model) if readable else self.config
+        record.model, record.endpoint, record.dialect = cfg.model_id, cfg.endpoint_name, cfg.dialect
+        MESSAGES.check_headers(call.request.headers)
+        parsed = MESSAGES.count_request(raw, cfg)
+        try:
+            body = dialects.upstream_body(
+                cfg.dialect, parsed.request, prompt_template=cfg.prompt_template, stream=False, max_tokens_default=1
+            )
+        except APIError as err:
+            raise parsed.in_client_terms(err) from None
+        payload = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+        with self.telemetry.upstream(record):
+            try:
+                answer = dialects.decode_body(
+                    cfg.dialect,
+                    upstream.invoke(self.client, cfg, payload, deadline=self._deadline(call)),
+                    parsed.request,
+                )
+            except (dialects.DecodeError, dialects.UpstreamStreamError) as exc:
+                raise upstream.error_from(exc) from exc
+        if answer.usage is None or answer.usage.prompt_tokens is None:
+            raise APIError(
+                501,
+                f"The model container (UPSTREAM_FORMAT={cfg.dialect}) does not report how many tokens a prompt is, "
+                "so this endpoint cannot count them; it does not estimate.",
+                type="api_error",
+                code="count_unavailable",
+            )
+        call.writer.json({"input_tokens": answer.usage.prompt_tokens})
 
     def _deadline(self, call: Call) -> float:
         """When the answer must have ended (a :func:`time.monotonic` value): the margin before Lambda's own."""
