@@ -502,7 +502,7 @@ def _tools(request: MessagesRequest) -> list[dict[str, Any]]:
 def _tool_choice(request: MessagesRequest, body: dict[str, Any]) -> None:
     if request.tool_choice is None:
         return
-    choice = _validated(ToolChoice, {"choice": request.tool_choice}, "").choice
+    choice = _validated(ToolChoice, {"choice": request.tool_choice}, "tool_choice").choice
     if isinstance(choice, _ToolChoiceAuto):
         body["tool_choice"] = "auto"
     elif isinstance(choice, _ToolChoiceAny):
