@@ -20,6 +20,7 @@ from pydantic import BaseModel
 
 from sagestream_local.endpoint import Record
 from sagestream_local.stack import SIM_ENDPOINT_NAME, LocalStack
+from tests.client import request
 from tests.e2e.test_openai_clients import sent_arguments
 
 MODEL = SIM_ENDPOINT_NAME
@@ -159,6 +160,23 @@ def test_count_tokens_is_the_containers_count(stack: LocalStack) -> None:
     assert record.operation == "InvokeEndpoint" and json.loads(record.body)["max_tokens"] == 1
     answered = client(stack).messages.create(model=MODEL, max_tokens=4, messages=ASK)
     assert counted.input_tokens == answered.usage.input_tokens > 0
+
+
+def test_a_page_may_send_the_anthropic_sdks_headers(stack: LocalStack) -> None:
+    """The preflight a browser makes before the TS SDK's first call (dangerouslyAllowBrowser: true)."""
+    wanted = (
+        "anthropic-version,anthropic-dangerous-direct-browser-access,content-type,x-api-key,x-stainless-arch,"
+        "x-stainless-lang,x-stainless-os,x-stainless-package-version,x-stainless-retry-count,x-stainless-runtime,"
+        "x-stainless-runtime-version,x-stainless-timeout,x-stainless-helper"
+    )
+    headers = {
+        "Origin": "https://chat.example.com",
+        "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": wanted,
+    }
+    resp = request(loopback(stack), "OPTIONS", "/v1/messages", headers=headers)
+    allowed = (resp.header("access-control-allow-headers") or "").split(", ")
+    assert sorted(allowed) == sorted(wanted.split(","))
 
 
 # --- LangChain ----------------------------------------------------------------------------------------------
