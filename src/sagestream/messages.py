@@ -69,6 +69,7 @@ from sagestream.apis import Parsed, in_client_terms
 from sagestream.dialects import Delta, Usage
 from sagestream.errors import DEADLINE_EXCEEDED, APIError
 from sagestream.schema import ChatCompletionRequest, parse_chat
+from sagestream.sse import MIN_PAD_BYTES
 
 if TYPE_CHECKING:
     from sagestream.config import Config
@@ -643,7 +644,7 @@ class MessagesAPI:
         return self._parse(data, cfg, counting=True)
 
     def encoder(self, parsed: Parsed, cfg: Config) -> MessagesEncoder:
-        return MessagesEncoder(model=cfg.model_id, stop_sequences=_stops(parsed))
+        return MessagesEncoder(model=cfg.model_id, stop_sequences=_stops(parsed), pad_bytes=cfg.sse_pad_bytes)
 
     def whole(self, answer: Delta, parsed: Parsed, cfg: Config) -> bytes:
         return message_json(answer, model=cfg.model_id, stop_sequences=_stops(parsed))
@@ -716,7 +717,13 @@ Block = Literal["text", "thinking", "tool_use"]
 class MessagesEncoder:
     """The events of one streamed message (see the module docstring for their order)."""
 
-    def __init__(self, *, model: str, stop_sequences: tuple[str, ...] = (), id: str | None = None) -> None:
+    def __init__(
+        self, *, model: str, stop_sequences: tuple[str, ...] = (), pad_bytes: int = 0, id: str | None = None
+    ) -> None:
+        if pad_bytes and pad_bytes < MIN_PAD_BYTES:
+            raise ValueError(f"pad_bytes must be 0 or at least {MIN_PAD_BYTES}")
+        # SSE_PAD_BYTES as on the OpenAI routes: a comment after each delta's events, which the SDKs skip.
+        self._padding = b":" + b" " * (pad_bytes - 3) + b"\n\n" if pad_bytes else b""
         self.model = model
         self.id = id if id is not None else _new_id()
         self.stops = stop_sequences
@@ -749,7 +756,8 @@ class MessagesEncoder:
                 self.tail = (self.tail + delta.content)[-self._tail_chars :]
             head, tail = self._text_event
             return head + _STRING.encode(delta.content).encode() + tail
-        return self._encode(delta)
+        data = self._encode(delta)
+        return data + self._padding if data else data
 
     def _encode(self, delta: Delta) -> bytes:
         out: list[bytes] = []
@@ -810,7 +818,7 @@ class MessagesEncoder:
         if block == "text":
             # The event _delta() would write, byte for byte (test_messages checks), cut where the text goes.
             head = b'event: content_block_delta\ndata: {"type":"content_block_delta","index":%d,' % self.index
-            self._text_event = (head + b'"delta":{"type":"text_delta","text":', b"}}\n\n")
+            self._text_event = (head + b'"delta":{"type":"text_delta","text":', b"}}\n\n" + self._padding)
 
     def _close(self, out: list[bytes]) -> None:
         if self.block is not None:

@@ -287,6 +287,18 @@ def test_each_text_delta_after_the_first_is_the_general_paths_event_byte_for_byt
         assert fast.encode(Delta(content=text)) == general._encode(Delta(content=text))
 
 
+def test_padding_is_a_comment_after_each_deltas_events_and_the_sdk_skips_it() -> None:
+    padded, plain = encoder(pad_bytes=64), encoder()
+    stream = [Delta(content="a"), Delta(content="b"), Delta(finish_reason="stop")]
+    writes = [padded.encode(d) for d in stream]
+    assert all(w.endswith(b":" + b" " * 61 + b"\n\n") for w in writes)
+    assert [w.removesuffix(b":" + b" " * 61 + b"\n\n") for w in writes] == [plain.encode(d) for d in stream]
+    from anthropic._streaming import SSEDecoder
+
+    decoded = list(SSEDecoder().iter_bytes(iter([*writes, padded.done()])))
+    assert [e.event for e in decoded][-2:] == ["message_delta", "message_stop"]
+
+
 def test_thinking_then_tool_call_fragments_are_blocks_of_their_own() -> None:
     enc = encoder()
     head = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": ""}}
