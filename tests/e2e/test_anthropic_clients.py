@@ -20,7 +20,7 @@ from pydantic import BaseModel
 
 from sagestream_local.endpoint import Record
 from sagestream_local.stack import SIM_ENDPOINT_NAME, LocalStack
-from tests.client import request
+from tests.client import gaps_ms, request
 from tests.e2e.test_openai_clients import sent_arguments
 
 MODEL = SIM_ENDPOINT_NAME
@@ -132,6 +132,21 @@ def test_a_tool_use_round_trip_with_tool_result(stack: LocalStack) -> None:
     assert messages[1]["tool_calls"][0]["id"] == call.id
     assert json.loads(messages[1]["tool_calls"][0]["function"]["arguments"]) == call.input
     assert messages[2] == {"role": "tool", "tool_call_id": call.id, "content": '{"sky": "clear"}'}
+
+
+def test_each_token_is_written_as_it_arrives_no_bursts(stack: LocalStack) -> None:
+    """Invariant 1 on this route: one text_delta event per token, spread as the endpoint spread them."""
+    assert stack.endpoint is not None
+    stack.endpoint.set_scenario(cadence_ms=25, ttft_ms=20, tokens=12)
+    resp = request(
+        loopback(stack), "POST", "/v1/messages", {"model": MODEL, "max_tokens": 64, "messages": ASK, "stream": True}
+    )
+    texts = [e for e in resp.events() if b'"text_delta"' in e.data]
+    sent = len(records(stack)[-1].tokens)
+    assert len(texts) == sent == 12
+    spread_ms = (texts[-1].at - texts[0].at) * 1000
+    assert spread_ms > 0.6 * (sent - 1) * 25, f"text deltas arrived within {spread_ms:.0f} ms: held back"
+    assert sum(1 for g in gaps_ms(texts) if g < 1.0) <= 1
 
 
 def test_thinking_streams_as_a_thinking_block(stack: LocalStack) -> None:
