@@ -380,6 +380,21 @@ def test_a_deadline_ends_the_message_as_max_tokens_would_and_a_fault_is_an_error
     assert "message_stop" not in [name for name, _ in events(data)]
 
 
+def test_through_the_relay_a_deadline_cut_is_a_max_tokens_message() -> None:
+    from sagestream.relay import relay
+    from sagestream.upstream import DeadlineReached
+
+    def parts() -> Any:
+        yield b'data: {"choices":[{"index":0,"delta":{"content":"Hi"}}]}\n\n'
+        raise DeadlineReached()
+
+    items = list(relay(parts(), dialects.stream_decoder("openai"), encoder()))
+    err = items[-1][0]
+    assert isinstance(err, APIError) and err.code == DEADLINE_EXCEEDED  # the record notes the deadline stop
+    message = accumulated(b"".join(data for _, data in items))
+    assert (message.content[0].text, message.stop_reason) == ("Hi", "max_tokens")
+
+
 def test_a_whole_answer_is_one_message_with_the_same_blocks() -> None:
     answer = Delta(
         content="Checking.",
