@@ -374,8 +374,7 @@ class App:
         same request cut at one token (``usage.prompt_tokens``: the prompt as its chat template and tokenizer
         made it, tools included). A container that reports no prompt count gets a 501 saying so, never an
         estimate."""
-        record = call.record
-        record.kind = "count_tokens"
+        record = call.record  # no kind: a count is not a completion in the metrics, though the endpoint is called
         raw = self._body(call.request)
         readable, model = _model_named(raw)
         cfg = self._target(model) if readable else self.config

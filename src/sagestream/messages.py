@@ -264,8 +264,11 @@ class _ToolChoiceNone(_Model):
     type: Literal["none"]
 
 
+_ToolChoices = _ToolChoiceAuto | _ToolChoiceAny | _ToolChoiceTool | _ToolChoiceNone
+
+
 class ToolChoice(_Model):
-    choice: Annotated[_ToolChoiceAuto | _ToolChoiceAny | _ToolChoiceTool | _ToolChoiceNone, Field(discriminator="type")]
+    tool_choice: Annotated[_ToolChoices, Field(discriminator="type")]
 
 
 class Thinking(_Model):
@@ -292,13 +295,12 @@ def _refuse(path: str, reason: str) -> NoReturn:
 
 
 def _validated(model: type[_Model], data: Any, path: str) -> Any:
-    """``data`` as ``model``, or a 400 naming the field at fault under ``path``."""
+    """``data`` as ``model``, or a 400 naming the field at fault under ``path``, in Anthropic's words."""
     try:
         return model.model_validate(data)
     except ValidationError as exc:
         error = exc.errors(include_url=False, include_input=False)[0]
-        loc = ".".join(str(p) for p in error["loc"] if p not in _UNION_TAGS)
-        where = ".".join(p for p in (path, loc) if p)
+        where = ".".join(p for p in (path, _sent_path(error["loc"], data, error["type"] == "missing")) if p)
         if error["type"] == "extra_forbidden":
             raise APIError.invalid_request(f"{where}: Extra inputs are not permitted", param=where) from None
         if error["type"] == "missing":
@@ -306,10 +308,23 @@ def _validated(model: type[_Model], data: Any, path: str) -> Any:
         raise APIError.invalid_request(f"{where}: {error['msg']}", param=where) from None
 
 
-# The members of a union pydantic puts in an error's location; not fields of the request.
-_UNION_TAGS = frozenset(
-    {"choice", "str", "list[dict[str,any]]", "base64", "url", "file", "auto", "any", "tool", "none"}
-)
+def _sent_path(loc: tuple[int | str, ...], data: Any, missing: bool) -> str:
+    """The keys and indexes of ``loc`` that are in the request as sent: pydantic's location also names union
+    members (``str``) and discriminator tags, which are not fields.
+
+    >>> _sent_path(("source", "url", "url"), {"source": {"type": "url", "url": 3}}, False)
+    'source.url'
+    """
+    parts: list[str] = []
+    here = data
+    for n, part in enumerate(loc):
+        in_list = isinstance(here, list) and isinstance(part, int) and 0 <= part < len(here)
+        if in_list or (isinstance(here, dict) and part in here):
+            parts.append(str(part))
+            here = here[part]
+        elif missing and n == len(loc) - 1:
+            parts.append(str(part))  # a missing field is not in the request: name it all the same
+    return ".".join(parts)
 
 
 # --- translation ----------------------------------------------------------------------------------------
@@ -503,7 +518,7 @@ def _tools(request: MessagesRequest) -> list[dict[str, Any]]:
 def _tool_choice(request: MessagesRequest, body: dict[str, Any]) -> None:
     if request.tool_choice is None:
         return
-    choice = _validated(ToolChoice, {"choice": request.tool_choice}, "tool_choice").choice
+    choice = _validated(ToolChoice, {"tool_choice": request.tool_choice}, "").tool_choice
     if isinstance(choice, _ToolChoiceAuto):
         body["tool_choice"] = "auto"
     elif isinstance(choice, _ToolChoiceAny):
