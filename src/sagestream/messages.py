@@ -478,6 +478,8 @@ def _messages(request: MessagesRequest, out: _Translation) -> None:
             raise APIError.invalid_request(
                 f"{path}.content: Input should be a string or a list of blocks", param=f"{path}.content"
             )
+        elif not content:
+            raise APIError.invalid_request(f"{path}.content: List should have at least 1 item", param=f"{path}.content")
         elif role == "system":
             out.add({"role": "system", "content": _text_parts(content, f"{path}.content")}, path)
         elif role == "user":

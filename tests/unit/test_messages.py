@@ -222,6 +222,7 @@ def test_top_k_and_thinking_reach_the_container_only_where_the_deployment_allows
             {"messages": [{"role": "user", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {}}]}]},
             "messages.0.content.0",
         ),
+        ({"messages": [{"role": "user", "content": []}]}, "messages.0.content"),
         ({"container": "c-1"}, "container"),
         ({"inference_geo": "us"}, "inference_geo"),
         ({"speed": "fast"}, "speed"),
