@@ -169,6 +169,19 @@ def test_errors_are_the_sdks_own_exceptions_naming_the_field(stack: LocalStack) 
     assert records(stack) == []  # refused before the endpoint
 
 
+def test_a_fault_mid_stream_reaches_the_sdk_as_an_error_after_the_text_before_it(stack: LocalStack) -> None:
+    assert stack.endpoint is not None
+    stack.endpoint.set_scenario(fault="model_stream_error", fault_after=3, non_ascii=0.0)
+    texts: list[str] = []
+    stream = client(stack).messages.stream(model=MODEL, max_tokens=64, messages=ASK)
+    with pytest.raises(anthropic.APIStatusError) as failed, stream as events:
+        texts.extend(events.text_stream)
+    assert "".join(texts) == streamed_text(records(stack)[-1])  # what reached the client before stays correct
+    assert failed.value.body["error"]["type"] in ("api_error", "overloaded_error")  # type: ignore[index]
+    stack.endpoint.reset_scenario()
+    assert client(stack).messages.create(model=MODEL, max_tokens=8, messages=ASK).stop_reason == "max_tokens"
+
+
 def test_count_tokens_is_the_containers_count(stack: LocalStack) -> None:
     counted = client(stack).messages.count_tokens(model=MODEL, messages=ASK)
     record = records(stack)[-1]
