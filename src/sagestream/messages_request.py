@@ -558,11 +558,15 @@ def parse(data: dict[str, Any], cfg: Config, *, counting: bool = False) -> Parse
     return Parsed(chat, request, names)
 
 
+_GENERATION_ONLY = ("max_tokens", "stream", "stop_sequences", "temperature", "top_p", "top_k")
+
+
 def count_body(raw: bytes) -> dict[str, Any]:
     """A ``count_tokens`` body (``MessageCountTokensParams``: no ``max_tokens``, no ``stream``, no sampling) as
     the Messages body whose one-token answer reports the prompt's count."""
     data = body_of(raw)
-    for name in ("max_tokens", "stream", "stop_sequences", "temperature", "top_p", "top_k", "metadata"):
+    # MessageCreateParams's fields that MessageCountTokensParams does not have.
+    for name in (*_GENERATION_ONLY, "container", "diagnostics", "inference_geo", "metadata", "service_tier"):
         if name in data:
             raise APIError.invalid_request(f"{name}: Extra inputs are not permitted", param=name)
     data["max_tokens"] = 1

@@ -294,6 +294,17 @@ def dialects_answer(upstream: Upstream) -> bytes:
     return whole_answer(json.loads(body), upstream.scenario, "x")[0]
 
 
+def test_count_tokens_takes_the_sdks_count_params_only() -> None:
+    from anthropic.types import message_count_tokens_params, message_create_params
+
+    count_only = set(message_count_tokens_params.MessageCountTokensParams.__annotations__)
+    create = set(message_create_params.MessageCreateParamsBase.__annotations__) | {"stream", "temperature", "top_k"}
+    for field in sorted(create - count_only):
+        body = {"model": "unit-llm", "messages": ASK, field: None}
+        status, _, message = anthropic_error(run(messages_app(), "POST", "/v1/messages/count_tokens", body))
+        assert status == 400 and message == f"{field}: Extra inputs are not permitted"
+
+
 def test_count_tokens_says_why_when_the_container_reports_no_prompt_count() -> None:
     upstream = Upstream(scenario=Scenario(ttft_ms=0, cadence_ms=0, tokens=3, dialect="tgi"))
     tgi = messages_app(upstream, UPSTREAM_FORMAT="tgi", PROMPT_TEMPLATE="chatml")
