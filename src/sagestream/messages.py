@@ -35,7 +35,13 @@ then per content block ``content_block_start``, its deltas (``text_delta``, ``th
 ``input_json_delta`` with each argument fragment as the container sent it) and ``content_block_stop``;
 ``message_delta`` (``stop_reason``, usage) and ``message_stop`` at the end. Usage the container did not
 report is ``null``, never 0 (``input_tokens`` is ``null`` in ``message_start``: no container reports it
-before its first token; ``message_delta`` carries it when known).
+before its first token; ``message_delta`` carries it when known). A deadline cut ends the message as
+``max_tokens`` does, ``message_stop`` included (the log record notes the deadline stop); any other fault
+after the first byte is one ``event: error`` and no ``message_stop``.
+
+The events are written here by hand: the anthropic SDKs read them and write none, and a server library
+would bring a web framework; tests/unit/test_messages.py feeds them to the SDK's own accumulator. The
+request's models and translation are in :mod:`sagestream.messages_request`, loaded on first use.
 
 Environment variables read: none.
 
