@@ -227,7 +227,9 @@ def test_every_refusal_on_the_route_has_anthropics_shape_and_status() -> None:
     keyed = messages_app(AUTH_MODE="api_key", API_KEYS="k-1")
     assert anthropic_error(run(keyed, "POST", "/v1/messages", ASK_BODY))[:2] == (401, "authentication_error")
     for key in ({"x-api-key": "k-1"}, {"authorization": "Bearer k-1"}):  # what the SDK sends for api_key, auth_token
-        ok = run(keyed, "POST", "/v1/messages", {**ASK_BODY, "stream": False}, {**key, "anthropic-version": "2023-06-01"})
+        ok = run(
+            keyed, "POST", "/v1/messages", {**ASK_BODY, "stream": False}, {**key, "anthropic-version": "2023-06-01"}
+        )
         assert ok.status == 200 and json.loads(ok.body)["type"] == "message"
     open_app = messages_app()
     assert anthropic_error(run(open_app, "POST", "/v1/messages", {**ASK_BODY, "model": "nope"}))[:2] == (
