@@ -26,6 +26,8 @@ TARGETS: dict[str, tuple[str, str, float]] = {
     "ttft_cpu_ms <= 1.5": ("tinyllama-like", "ttft_cpu_ms", 1.5),
     "relay_ms_p99 <= 0.3": ("tinyllama-like", "relay_ms_p99", 0.3),
     "CPU per delta <= 1.2x line-iterator's": ("peers", "cpu_per_delta_vs_line_iterator", 1.2),
+    # the Messages API's events against the chat chunks, same deltas, same process (bench/encoders.py)
+    "Messages encoder CPU per delta <= 1.10x chat's": ("encoders", "messages_vs_chat", 1.10),
 }
 # The function's own figures, per workload (sagestream only).
 FUNCTION_COLUMNS = (
@@ -139,6 +141,8 @@ def target_rows(doc: Mapping[str, Any]) -> list[tuple[str, Any, bool | None]]:
     for name, (workload, key, bound) in TARGETS.items():
         if workload == "cold":
             source = doc["cold"]
+        elif workload == "encoders":
+            source = doc.get("encoders", {})
         elif workload == "peers":
             source = doc["peers"].get("sagestream", {})
         else:

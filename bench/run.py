@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import function, report
+from bench import encoders, function, report
 from bench.peers import PEERS, reset_peak_rss, status_kb
 from sagestream_local import runtime_api
 from sagestream_local.endpoint import Scenario
@@ -277,6 +277,12 @@ def main(argv: list[str] | None = None) -> int:
             f"{cold['first_request_ms']} ms to its first byte, a warm one {cold['warm_request_ms']} ms",
             flush=True,
         )
+        encoder_figures = encoders.compare(deltas=2_000 if args.quick else 20_000)
+        print(
+            f"encoders: messages {encoder_figures['messages_us_per_delta']} us/delta vs chat "
+            f"{encoder_figures['chat_us_per_delta']} ({encoder_figures['messages_vs_chat']}x)",
+            flush=True,
+        )
         for workload, spec in specs.items():
             keep_times = workload != "long"
             for peer in [p for p in peers if p in spec["peers"]]:
@@ -348,6 +354,7 @@ def main(argv: list[str] | None = None) -> int:
         "workloads": docs,
         "machine": machine,
         "cold": cold,
+        "encoders": encoder_figures,
         "settings": {"quick": args.quick, "workloads": specs, "notes": notes},
         "elapsed_s": round(time.monotonic() - began, 1),
     }

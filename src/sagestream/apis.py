@@ -25,7 +25,8 @@ Example::
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sagestream.dialects import Delta
@@ -39,7 +40,7 @@ from sagestream.sse import ChunkEncoder, Kind, StreamEncoder, completion_json
 if TYPE_CHECKING:
     from sagestream.config import Config
 
-__all__ = ["CHAT", "COMPLETIONS", "ClientAPI", "OpenAICompletions", "Parsed"]
+__all__ = ["CHAT", "COMPLETIONS", "ClientAPI", "OpenAICompletions", "Parsed", "in_client_terms"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,10 +50,38 @@ class Parsed:
 
     request: ChatCompletionRequest | CompletionRequest
     original: Any
+    # The chat request's field paths under the names the client used ("user" -> "metadata.user_id"), for an
+    # API whose fields the translation renamed: a refusal of the dialects must name what the client sent.
+    names: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def stream(self) -> bool:
         return bool(self.request.stream)
+
+    def in_client_terms(self, err: APIError) -> APIError:
+        """``err`` (about the chat-shaped request) naming the field as the client's API calls it."""
+        return in_client_terms(err, self.names)
+
+
+def in_client_terms(err: APIError, names: Mapping[str, str]) -> APIError:
+    """``err``, its ``param`` (and the quoted name in its message) renamed by the longest path in ``names``.
+
+    >>> names = {"user": "metadata.user_id", "messages.2": "messages.1.content.0"}
+    >>> err = APIError.invalid_request("'messages.2.content' is bad.", param="messages.2.content")
+    >>> err = in_client_terms(err, names)
+    >>> err.param, err.message
+    ('messages.1.content.0.content', "'messages.1.content.0.content' is bad.")
+    """
+    if not names or not err.param:
+        return err
+    parts = err.param.split(".")
+    for n in range(len(parts), 0, -1):
+        own = names.get(".".join(parts[:n]))
+        if own is not None:
+            param = ".".join([own, *parts[n:]])
+            message = err.message.replace(f"'{err.param}'", f"'{param}'")
+            return APIError(err.status, message, type=err.type, code=err.code, param=param, headers=err.headers)
+    return err
 
 
 class ClientAPI(Protocol):
@@ -61,6 +90,10 @@ class ClientAPI(Protocol):
     @property
     def kind(self) -> str:
         """The log record's ``kind``: ``chat``, ``completion``, ... ."""
+        ...
+
+    def check_headers(self, headers: Mapping[str, str]) -> None:
+        """Refuse (:class:`APIError`, 400) a header of the API's own whose value cannot be honoured."""
         ...
 
     def parse(self, raw: bytes, cfg: Config) -> Parsed:
@@ -86,6 +119,9 @@ class OpenAICompletions:
     """OpenAI's ``/v1/chat/completions`` (``kind="chat"``) or ``/v1/completions`` (``kind="completion"``)."""
 
     kind: Kind
+
+    def check_headers(self, headers: Mapping[str, str]) -> None:
+        return None  # OpenAI's headers (organization, project, beta) ask nothing of the relay
 
     def parse(self, raw: bytes, cfg: Config) -> Parsed:
         parse = parse_chat if self.kind == "chat" else parse_completion

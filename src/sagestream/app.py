@@ -51,6 +51,7 @@ from sagestream.config import Config
 from sagestream.dialects import Delta
 from sagestream.errors import APIError
 from sagestream.function_url import event_body, media_type
+from sagestream.messages import MESSAGES
 from sagestream.record import StreamRecord
 from sagestream.relay import relay
 from sagestream.routing import UpstreamIds
@@ -186,6 +187,8 @@ class App:
         routes = [
             *self._completion_routes("/v1/chat/completions", CHAT),
             *self._completion_routes("/v1/completions", COMPLETIONS),
+            *self._completion_routes("/v1/messages", MESSAGES),
+            Route("/v1/messages/count_tokens", ("POST",), App._count_tokens, keyed=True, api=MESSAGES),
             Route("/v1/models", ("GET",), App._models, keyed=True),
             *(Route(f"/v1/models/{model_id}", ("GET",), App._model, keyed=True) for model_id in config.model_ids),
             Route("/health", ("GET",), App._health),
@@ -349,18 +352,22 @@ class App:
         readable, model = _model_named(raw)
         cfg = self._target(model) if readable else self.config
         record.model, record.endpoint, record.dialect = cfg.model_id, cfg.endpoint_name, cfg.dialect
+        api.check_headers(call.request.headers)
         parsed = api.parse(raw, cfg)
         req = parsed.request
         record.streamed = bool(req.stream)
         call.ids = self._upstream_ids(call, cfg, getattr(req, "prompt_cache_key", None))
-        body = dialects.upstream_body(
-            cfg.dialect,
-            req,
-            prompt_template=cfg.prompt_template,
-            stream=bool(req.stream),
-            max_tokens_default=cfg.max_tokens_limit,
-            in_call=_PREFIX_KEY if call.ids.prefix_aware_id is not None else frozenset(),
-        )
+        try:
+            body = dialects.upstream_body(
+                cfg.dialect,
+                req,
+                prompt_template=cfg.prompt_template,
+                stream=bool(req.stream),
+                max_tokens_default=cfg.max_tokens_limit,
+                in_call=_PREFIX_KEY if call.ids.prefix_aware_id is not None else frozenset(),
+            )
+        except APIError as err:
+            raise parsed.in_client_terms(err) from None
         payload = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
         # Noted once the call is certain: a request refused above made none, and its record names no ids.
         record.inference_id, record.prefix_aware_id = call.ids.inference_id, call.ids.prefix_aware_id
@@ -380,6 +387,50 @@ class App:
         if cfg.prefix_aware_routing and prompt_cache_key is not None:
             prefix = routing.prefix_aware_id(prompt_cache_key)
         return UpstreamIds.of(call.context.aws_request_id, prefix)
+
+    def _count_tokens(self, call: Call) -> None:
+        """``/v1/messages/count_tokens``: the container's own count of the prompt, read from its answer to the
+        same request cut at one token (``usage.prompt_tokens``: the prompt as its chat template and tokenizer
+        made it, tools included). A container that reports no prompt count gets a 501 saying so, never an
+        estimate."""
+        record = call.record  # no kind: a count is not a completion in the metrics, though the endpoint is called
+        raw = self._body(call.request)
+        readable, model = _model_named(raw)
+        cfg = self._target(model) if readable else self.config
+        record.model, record.endpoint, record.dialect = cfg.model_id, cfg.endpoint_name, cfg.dialect
+        MESSAGES.check_headers(call.request.headers)
+        parsed = MESSAGES.count_request(raw, cfg)
+        try:
+            body = dialects.upstream_body(
+                cfg.dialect, parsed.request, prompt_template=cfg.prompt_template, stream=False, max_tokens_default=1
+            )
+        except APIError as err:
+            raise parsed.in_client_terms(err) from None
+        payload = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+        with self.telemetry.upstream(record):
+            try:
+                answer = dialects.decode_body(
+                    cfg.dialect,
+                    upstream.invoke(
+                        self.client,
+                        cfg,
+                        payload,
+                        deadline=self._deadline(call),
+                        ids=self._upstream_ids(call, cfg, None),
+                    ),
+                    parsed.request,
+                )
+            except (dialects.DecodeError, dialects.UpstreamStreamError) as exc:
+                raise upstream.error_from(exc) from exc
+        if answer.usage is None or answer.usage.prompt_tokens is None:
+            raise APIError(
+                501,
+                f"The model container (UPSTREAM_FORMAT={cfg.dialect}) does not report how many tokens a prompt is, "
+                "so this endpoint cannot count them; it does not estimate.",
+                type="api_error",
+                code="count_unavailable",
+            )
+        call.writer.json({"input_tokens": answer.usage.prompt_tokens})
 
     def _deadline(self, call: Call) -> float:
         """When the answer must have ended (a :func:`time.monotonic` value): the margin before Lambda's own."""

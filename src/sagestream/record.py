@@ -132,7 +132,7 @@ class StreamRecord:
 
     method: str = ""
     path: str = ""
-    kind: str | None = None  # "chat" or "completion" on the completion routes, else None
+    kind: str | None = None  # the route's client API ("chat", "completion", "messages") on a completion route
     # The model the request was served by, its endpoint and dialect; None before one was chosen.
     model: str | None = None
     endpoint: str | None = None

@@ -113,4 +113,10 @@ def test_quick_bench_writes_its_report(tmp_path: Path) -> None:
     assert doc["peers"]["sagestream"]["deltas"] == 160  # burst gaps are a target, not an assertion: noisy host
     assert doc["peers"]["buffered"]["burst_gaps"] > 100  # the whole answer at once
     assert "| `sagestream` |" in (tmp_path / "latest.md").read_text()
+    # The Messages encoder beside the chat encoder, same deltas, same run: a ratio and its target row.
+    encoders = doc["encoders"]
+    assert encoders["deltas"] == 2002 and encoders["chat_us_per_delta"] > 0
+    ratio = encoders["messages_us_per_delta"] / encoders["chat_us_per_delta"]
+    assert abs(encoders["messages_vs_chat"] - ratio) < 0.01  # each figure is rounded to 3 places
+    assert "Messages encoder CPU per delta <= 1.10x chat's" in doc["targets"]
     assert (tmp_path / "timeline.png").stat().st_size > 1000

@@ -90,6 +90,16 @@ def test_the_openai_js_sdks_headers_are_allowed_and_the_request_id_exposed() -> 
     assert "x-request-id" in cors.EXPOSE_HEADERS and "x-should-retry" in cors.EXPOSE_HEADERS
 
 
+def test_the_anthropic_js_sdks_headers_are_allowed() -> None:
+    # @anthropic-ai/sdk 1.x from a page (dangerouslyAllowBrowser): its version and browser opt-in, the key
+    # header, its platform headers, and the helper name messages.stream() adds.
+    platform = {f"x-stainless-{h}" for h in ("lang", "package-version", "os", "arch", "runtime", "runtime-version")}
+    sent = {"anthropic-version", "anthropic-dangerous-direct-browser-access", "x-api-key", "x-stainless-helper"}
+    assert platform | sent | {"anthropic-beta", "x-stainless-retry-count", "x-stainless-timeout"} <= set(
+        cors.ALLOW_HEADERS
+    )
+
+
 def test_sagemaker_is_granted_on_the_one_endpoint_and_inference_component_only(function: dict[str, Any]) -> None:
     sagemaker = [s for _, s in _statements(function) if any(a.startswith("sagemaker:") for a in _strings(s["Action"]))]
     assert len(sagemaker) == 1

@@ -1,4 +1,5 @@
-"""The openai npm package under Node streams a tool call through the local stack, fragment by fragment.
+"""The openai and @anthropic-ai/sdk npm packages under Node stream a tool call through the local stack, fragment by
+fragment.
 
 ``make test`` installs the package from ``tests/node/package-lock.json`` (``npm ci --prefix tests/node``).
 """
@@ -43,3 +44,30 @@ def test_the_node_sdk_streams_a_tool_call(stack: LocalStack) -> None:
     (call,) = seen["finalToolCalls"]
     assert call["function"]["name"] == "get_weather"
     assert json.loads(call["function"]["arguments"]) == json.loads("".join(fragments_sent))
+
+
+def test_the_anthropic_node_sdk_streams_a_tool_use(stack: LocalStack) -> None:
+    node = shutil.which("node")
+    if node is None or not (NODE_DIR / "node_modules" / "@anthropic-ai" / "sdk").is_dir():
+        pytest.fail("Node and @anthropic-ai/sdk are needed: run `make test` (it runs npm ci --prefix tests/node)")
+    assert stack.endpoint is not None
+    done = subprocess.run(
+        [node, str(NODE_DIR / "anthropic_stream_tool.mjs")],
+        env={**os.environ, "SAGESTREAM_BASE_URL": stack.url, "SAGESTREAM_MODEL": SIM_ENDPOINT_NAME},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    first = next(r for r in stack.endpoint.records if r.operation == "InvokeEndpointWithResponseStream")
+    fragments_sent = [t.text for t in first.tokens[1:]]  # token 0 is the call's head
+    assert seen["types"][0] == "message_start" and seen["types"][-1] == "message_stop"
+    assert seen["head"]["index"] == 0 and seen["head"]["name"] == "get_weather"
+    assert seen["fragments"] == fragments_sent and len(fragments_sent) > 3
+    assert seen["stopReason"] == "tool_use"
+    (block,) = seen["finalContent"]
+    assert block["type"] == "tool_use" and block["name"] == "get_weather"
+    assert block["input"] == json.loads("".join(fragments_sent))
+    assert seen["finalStopReason"] == "tool_use"

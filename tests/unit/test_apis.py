@@ -42,6 +42,9 @@ class BracketEncoder:
 class Bracketed:
     kind = "bracketed"
 
+    def check_headers(self, headers: Any) -> None:
+        return None
+
     def parse(self, raw: bytes, cfg: Config) -> Parsed:
         return Parsed(CHAT.parse(raw, cfg).request, original="mine")
 

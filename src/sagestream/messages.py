@@ -1,0 +1,388 @@
+"""The Anthropic Messages API (``POST /v1/messages``) over the one pipeline: request, stream, whole answer, errors.
+
+The request is modelled field by field on the anthropic SDK's ``MessageCreateParams`` (plus ``temperature``,
+``top_p`` and ``top_k``, which the API still takes and LangChain sends) and translated into the chat-shaped
+request the dialects speak, so that :func:`sagestream.dialects.upstream_body` places or refuses each field as
+it does for chat completions:
+
+- ``system`` (a string or text blocks) and ``system`` messages → a ``system`` message; text blocks → text
+  parts; ``image`` blocks (base64 or URL) → ``image_url`` parts (a data URL for base64);
+- ``tool_use`` blocks of an assistant turn → its ``tool_calls`` (``input`` as JSON arguments); ``tool_result``
+  blocks → ``tool`` messages, before the rest of their user turn (``is_error`` puts ``Error:`` before the
+  result: a chat template has no other way to tell the model the call failed); ``thinking`` blocks sent
+  back → ``reasoning_content`` (their ``signature`` is accepted and not checked: none is issued here);
+- ``tools`` (custom) → function tools, ``input_schema`` as ``parameters``; ``tool_choice`` ``auto``,
+  ``any`` (→ ``required``), ``tool`` (→ the named function), ``none``; ``disable_parallel_tool_use`` →
+  ``parallel_tool_calls: false``;
+- ``stop_sequences`` → ``stop``; ``metadata.user_id`` → ``user``; ``output_config.effort`` →
+  ``reasoning_effort``; ``output_config.format`` → ``response_format`` (``json_schema``, strict);
+  ``top_k`` → the vendor field ``top_k`` when ``EXTRA_REQUEST_FIELDS`` lists it; ``thinking``
+  ``enabled`` → vLLM's ``thinking_token_budget`` when ``EXTRA_REQUEST_FIELDS`` lists it (openai dialect);
+- hints the containers follow on their own are accepted and send nothing: ``cache_control`` (vLLM and
+  SGLang cache prefixes themselves), ``service_tier`` (there is one tier), ``speed: "standard"``,
+  ``thinking`` ``adaptive`` / ``disabled`` (a reasoning container thinks as it is deployed to; its thoughts
+  arrive as ``thinking`` blocks);
+- everything else the SDK can send is refused by name: server tools, ``container``, ``diagnostics``,
+  ``inference_geo``, ``user_profile_id``, ``workspace_id``, ``speed: "fast"``, ``redacted_thinking`` and the
+  other block types, a last ``assistant`` turn (prefill: a chat template starts a new turn after it).
+
+A refusal of the dialects (``'user' is not supported ...``) names the field as the client sent it
+(``metadata.user_id``): :attr:`~sagestream.apis.Parsed.names`. Errors take Anthropic's shape,
+``{"type": "error", "error": {"type", "message"}}``, with Anthropic's types for each status.
+
+The stream is Anthropic's events, written as the deltas arrive: ``message_start`` with the first delta,
+then per content block ``content_block_start``, its deltas (``text_delta``, ``thinking_delta``,
+``input_json_delta`` with each argument fragment as the container sent it) and ``content_block_stop``;
+``message_delta`` (``stop_reason``, usage) and ``message_stop`` at the end. Usage the container did not
+report is ``null``, never 0 (``input_tokens`` is ``null`` in ``message_start``: no container reports it
+before its first token; ``message_delta`` carries it when known). A deadline cut ends the message as
+``max_tokens`` does, ``message_stop`` included (the log record notes the deadline stop); any other fault
+after the first byte is one ``event: error`` and no ``message_stop``.
+
+The events are written here by hand: the anthropic SDKs read them and write none, and a server library
+would bring a web framework; tests/unit/test_messages.py feeds them to the SDK's own accumulator. The
+request's models and translation are in :mod:`sagestream.messages_request`, loaded on first use.
+
+Environment variables read: none.
+
+Example::
+
+    >>> from sagestream.config import Config
+    >>> cfg = Config(endpoint_name="llm", model_id="m")
+    >>> parsed = MESSAGES.parse(b'{"model": "m", "max_tokens": 5, "system": "Be brief.", '
+    ...                         b'"messages": [{"role": "user", "content": "Hi"}]}', cfg)
+    >>> parsed.request.plain_messages(), parsed.request.max_tokens
+    ([('system', 'Be brief.'), ('user', 'Hi')], 5)
+    >>> encoder = MESSAGES.encoder(parsed, cfg)
+    >>> print(encoder.encode(Delta(content="Hello")).decode().split("\\n\\n")[2])
+    event: content_block_delta
+    data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hello"}}
+    >>> MESSAGES.error_body(APIError.unauthorized())
+    b'{"type":"error","error":{"type":"authentication_error","message":"Missing or invalid API key."}}'
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from sagestream.apis import Parsed
+from sagestream.dialects import Delta, Usage
+from sagestream.errors import DEADLINE_EXCEEDED, APIError
+from sagestream.schema import ChatCompletionRequest
+from sagestream.sse import MIN_PAD_BYTES
+
+if TYPE_CHECKING:
+    from sagestream.config import Config
+
+__all__ = ["MESSAGES", "MessagesAPI", "MessagesEncoder", "message_json"]
+
+# anthropic-beta values whose behaviour the relay has anyway: tool input streamed fragment by fragment as
+# the container writes it; thinking between tool calls, in the order the container sends it.
+HONOURED_BETAS = frozenset({"fine-grained-tool-streaming-2025-05-14", "interleaved-thinking-2025-05-14"})
+# Headers the SDK sends for its own parameters, which choose things this function does not have.
+REFUSED_HEADERS = {
+    "anthropic-workspace-id": "there are no workspaces here (the deployment is the workspace)",
+    "anthropic-user-profile-id": "there are no user profiles here",
+}
+
+# Anthropic's error type for each status (docs: "Errors"); any other 4xx is invalid_request_error.
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    402: "billing_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    502: "api_error",
+    503: "overloaded_error",
+    504: "timeout_error",
+    529: "overloaded_error",
+}
+
+# --- the API --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MessagesAPI:
+    """Anthropic's ``/v1/messages``."""
+
+    kind: str = "messages"
+
+    def check_headers(self, headers: Mapping[str, str]) -> None:
+        for name, reason in REFUSED_HEADERS.items():
+            if headers.get(name):
+                raise APIError.invalid_request(f"'{name}' is not supported by this endpoint: {reason}.", param=name)
+        betas = [b.strip() for b in headers.get("anthropic-beta", "").split(",") if b.strip()]
+        for beta in betas:
+            if beta not in HONOURED_BETAS:
+                raise APIError.invalid_request(
+                    f"anthropic-beta: '{beta}' cannot be honoured by this endpoint; it honours "
+                    f"{', '.join(sorted(HONOURED_BETAS))}.",
+                    param="anthropic-beta",
+                )
+
+    def parse(self, raw: bytes, cfg: Config) -> Parsed:
+        from sagestream import messages_request  # on first use: see its docstring
+
+        return messages_request.parse(messages_request.body_of(raw), cfg)
+
+    def count_request(self, raw: bytes, cfg: Config) -> Parsed:
+        """A ``count_tokens`` body as the request whose one-token answer reports the prompt's count."""
+        from sagestream import messages_request
+
+        return messages_request.parse(messages_request.count_body(raw), cfg, counting=True)
+
+    def encoder(self, parsed: Parsed, cfg: Config) -> MessagesEncoder:
+        return MessagesEncoder(model=cfg.model_id, stop_sequences=_stops(parsed), pad_bytes=cfg.sse_pad_bytes)
+
+    def whole(self, answer: Delta, parsed: Parsed, cfg: Config) -> bytes:
+        return message_json(answer, model=cfg.model_id, stop_sequences=_stops(parsed))
+
+    def error_body(self, err: APIError) -> bytes:
+        return _dumps(error_object(err))
+
+
+MESSAGES = MessagesAPI()
+
+
+def _stops(parsed: Parsed) -> tuple[str, ...]:
+    request = parsed.request
+    assert isinstance(request, ChatCompletionRequest)
+    return tuple(request.stop_sequences or ())
+
+
+def error_object(err: APIError) -> dict[str, Any]:
+    kind = ERROR_TYPES.get(err.status) or ("invalid_request_error" if err.status < 500 else "api_error")
+    return {"type": "error", "error": {"type": kind, "message": err.message}}
+
+
+def _dumps(obj: Any) -> bytes:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def _event(name: str, obj: Any) -> bytes:
+    return b"event: " + name.encode() + b"\ndata: " + _dumps(obj) + b"\n\n"
+
+
+# A JSON string as json.dumps(..., ensure_ascii=False) writes it, by an encoder made once, not per delta.
+_STRING = json.JSONEncoder(ensure_ascii=False)
+_MESSAGE_STOP = _event("message_stop", {"type": "message_stop"})
+
+
+def _new_id() -> str:
+    return "msg_" + uuid.uuid4().hex
+
+
+def _stop_reason(
+    finish_reason: str | None, text_tail: str, stops: tuple[str, ...], refused: bool
+) -> tuple[str, str | None]:
+    """Anthropic's ``stop_reason`` (and ``stop_sequence``) for the container's ``finish_reason``.
+
+    Which stop sequence ended the text is known only where the container leaves it in (TGI, LMI do); vLLM
+    takes it out, and such a stop reads as ``end_turn``.
+    """
+    if finish_reason == "length":
+        return "max_tokens", None
+    if finish_reason in ("tool_calls", "function_call"):
+        return "tool_use", None
+    if refused or finish_reason == "content_filter":
+        return "refusal", None
+    for stop in stops:
+        if text_tail.endswith(stop):
+            return "stop_sequence", stop
+    return "end_turn", None
+
+
+def _usage(usage: Usage | None) -> dict[str, Any]:
+    """Anthropic's usage: what the container counted; a count it did not give is null, never 0."""
+    if usage is None:
+        return {"input_tokens": None, "output_tokens": None}
+    return {"input_tokens": usage.prompt_tokens, "output_tokens": usage.completion_tokens}
+
+
+Block = Literal["text", "thinking", "tool_use"]
+
+
+class MessagesEncoder:
+    """The events of one streamed message (see the module docstring for their order)."""
+
+    def __init__(
+        self, *, model: str, stop_sequences: tuple[str, ...] = (), pad_bytes: int = 0, id: str | None = None
+    ) -> None:
+        if pad_bytes and pad_bytes < MIN_PAD_BYTES:
+            raise ValueError(f"pad_bytes must be 0 or at least {MIN_PAD_BYTES}")
+        # SSE_PAD_BYTES as on the OpenAI routes: a comment after each delta's events, which the SDKs skip.
+        self._padding = b":" + b" " * (pad_bytes - 3) + b"\n\n" if pad_bytes else b""
+        self.model = model
+        self.id = id if id is not None else _new_id()
+        self.stops = stop_sequences
+        self._tail_chars = max((len(s) for s in stop_sequences), default=0)
+        self.tail = ""
+        self.usage: Usage | None = None
+        self.started = False
+        self.block: Block | None = None
+        self.index = -1  # of the open (or last) content block
+        self.tool_index: Any = None  # the container's index of the call whose block is open
+        self.finish_reason: str | None = None
+        self.refused = False
+        # The text_delta event of the open text block, cut where its text goes.
+        self._text_event: tuple[bytes, bytes] = (b"", b"")
+
+    def encode(self, delta: Delta) -> bytes:
+        if (
+            self.block == "text"
+            and delta.content
+            and delta.finish_reason is None
+            and delta.tool_calls is None
+            and delta.reasoning_content is None
+            and delta.reasoning is None
+            and delta.refusal is None
+        ):
+            # Most deltas are text and nothing else: the open block's event with the text put in.
+            if delta.usage is not None:
+                self.usage = delta.usage
+            if self._tail_chars:
+                self.tail = (self.tail + delta.content)[-self._tail_chars :]
+            head, tail = self._text_event
+            return head + _STRING.encode(delta.content).encode() + tail
+        data = self._encode(delta)
+        return data + self._padding if data else data
+
+    def _encode(self, delta: Delta) -> bytes:
+        out: list[bytes] = []
+        if delta.usage is not None:
+            self.usage = delta.usage
+        if not self.started:
+            self.started = True
+            message: dict[str, Any] = {
+                "id": self.id,
+                "type": "message",
+                "role": "assistant",
+                "model": self.model,
+                "content": [],
+                "stop_reason": None,
+                "stop_sequence": None,
+                "usage": {"input_tokens": None, "output_tokens": 0},
+            }
+            out.append(_event("message_start", {"type": "message_start", "message": message}))
+        thought = delta.reasoning_content if delta.reasoning_content is not None else delta.reasoning
+        if thought:
+            self._open(out, "thinking", {"type": "thinking", "thinking": "", "signature": ""})
+            out.append(self._delta({"type": "thinking_delta", "thinking": thought}))
+        text = delta.content + (delta.refusal or "")
+        self.refused = self.refused or bool(delta.refusal)
+        if text:
+            self._open(out, "text", {"type": "text", "text": ""})
+            if self._tail_chars:
+                self.tail = (self.tail + text)[-self._tail_chars :]
+            out.append(self._delta({"type": "text_delta", "text": text}))
+        for call in delta.tool_calls or ():
+            function = call.get("function") or {}
+            if call.get("id") or self.block != "tool_use" or call.get("index", self.tool_index) != self.tool_index:
+                block: dict[str, Any] = {
+                    "type": "tool_use",
+                    "id": call.get("id") or "toolu_" + uuid.uuid4().hex[:24],
+                    "name": function.get("name") or "",
+                    "input": {},
+                }
+                self._open(out, "tool_use", block, force=True)
+                self.tool_index = call.get("index")
+            arguments = function.get("arguments")
+            if arguments:
+                out.append(self._delta({"type": "input_json_delta", "partial_json": arguments}))
+        if delta.finish_reason is not None:
+            self._close(out)
+            self.finish_reason = delta.finish_reason
+        return b"".join(out)
+
+    def _open(self, out: list[bytes], block: Block, start: dict[str, Any], *, force: bool = False) -> None:
+        if self.block == block and not force:
+            return
+        self._close(out)
+        self.index += 1
+        self.block = block
+        out.append(
+            _event("content_block_start", {"type": "content_block_start", "index": self.index, "content_block": start})
+        )
+        if block == "text":
+            # The event _delta() would write, byte for byte (test_messages checks), cut where the text goes.
+            head = b'event: content_block_delta\ndata: {"type":"content_block_delta","index":%d,' % self.index
+            self._text_event = (head + b'"delta":{"type":"text_delta","text":', b"}}\n\n" + self._padding)
+
+    def _close(self, out: list[bytes]) -> None:
+        if self.block is not None:
+            out.append(_event("content_block_stop", {"type": "content_block_stop", "index": self.index}))
+            self.block = None
+
+    def _delta(self, delta: dict[str, Any]) -> bytes:
+        return _event("content_block_delta", {"type": "content_block_delta", "index": self.index, "delta": delta})
+
+    def done(self) -> bytes:
+        """``message_delta`` (why it ended, the usage) and ``message_stop``."""
+        out: list[bytes] = []
+        self._close(out)
+        reason, sequence = _stop_reason(self.finish_reason, self.tail, self.stops, self.refused)
+        usage = _usage(self.usage)
+        if usage["input_tokens"] is None:
+            del usage["input_tokens"]  # message_start's null stands
+        out.append(
+            _event(
+                "message_delta",
+                {"type": "message_delta", "delta": {"stop_reason": reason, "stop_sequence": sequence}, "usage": usage},
+            )
+        )
+        out.append(_MESSAGE_STOP)
+        return b"".join(out)
+
+    def error(self, err: APIError) -> bytes:
+        """Anthropic's ``error`` event; but a deadline ends the message as ``max_tokens`` does (the relay has
+        encoded ``finish_reason: "length"`` just before), the reason in the log record."""
+        if err.code == DEADLINE_EXCEEDED:
+            return self.done()
+        return _event("error", error_object(err))
+
+
+def message_json(answer: Delta, *, model: str, stop_sequences: tuple[str, ...] = (), id: str | None = None) -> bytes:
+    """The whole ``message`` object for a whole answer: the same content blocks as the stream's."""
+    content: list[dict[str, Any]] = []
+    thought = answer.reasoning_content if answer.reasoning_content is not None else answer.reasoning
+    if thought:
+        content.append({"type": "thinking", "thinking": thought, "signature": ""})
+    text = answer.content + (answer.refusal or "")
+    if text:
+        content.append({"type": "text", "text": text})
+    for n, call in enumerate(answer.tool_calls or ()):
+        function = call.get("function") or {}
+        try:
+            arguments = json.loads(function.get("arguments") or "{}")
+        except ValueError:
+            raise APIError.upstream(
+                502, f"The model's arguments for tool call {n} are not JSON.", code="upstream_error"
+            ) from None
+        content.append(
+            {
+                "type": "tool_use",
+                "id": call.get("id") or "toolu_" + uuid.uuid4().hex[:24],
+                "name": function.get("name") or "",
+                "input": arguments,
+            }
+        )
+    reason, sequence = _stop_reason(answer.finish_reason, text, stop_sequences, bool(answer.refusal))
+    return _dumps(
+        {
+            "id": id if id is not None else _new_id(),
+            "type": "message",
+            "role": "assistant",
+            "model": model,
+            "content": content,
+            "stop_reason": reason,
+            "stop_sequence": sequence,
+            "usage": _usage(answer.usage),
+        }
+    )

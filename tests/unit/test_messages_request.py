@@ -1,0 +1,238 @@
+"""The Anthropic Messages request: each field translated into the chat request the dialects speak, or refused by
+the name the client sent it under."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from sagestream import dialects
+from sagestream.config import Config
+from sagestream.errors import APIError
+from sagestream.messages import MESSAGES
+
+CFG = Config(endpoint_name="llm", model_id="m")
+ASK = [{"role": "user", "content": "Weather in Paris?"}]
+WEATHER = {
+    "name": "get_weather",
+    "description": "The weather in a city",
+    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
+
+
+def parse(cfg: Config = CFG, **fields: Any) -> Any:
+    return MESSAGES.parse(json.dumps({"model": "m", "max_tokens": 64, "messages": ASK, **fields}).encode(), cfg)
+
+
+def chat_body(cfg: Config = CFG, **fields: Any) -> dict[str, Any]:
+    """What the container is sent for the request, as the app builds it."""
+    parsed = parse(cfg, **fields)
+    try:
+        return dialects.upstream_body(
+            cfg.dialect, parsed.request, prompt_template=cfg.prompt_template, stream=False, max_tokens_default=None
+        )
+    except APIError as err:
+        raise parsed.in_client_terms(err) from None
+
+
+def refusal(cfg: Config = CFG, **fields: Any) -> APIError:
+    with pytest.raises(APIError) as caught:
+        chat_body(cfg, **fields)
+    assert caught.value.status == 400
+    return caught.value
+
+
+# --- the request --------------------------------------------------------------------------------------------
+
+
+def test_system_blocks_and_a_tool_round_trip_become_the_chat_conversation() -> None:
+    history = [
+        {"role": "user", "content": [{"type": "text", "text": "Weather?", "cache_control": {"type": "ephemeral"}}]},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "thinking", "thinking": "They want Paris.", "signature": "sig"},
+                {"type": "text", "text": "Let me look."},
+                {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_1", "content": [{"type": "text", "text": "sunny"}]},
+                {"type": "text", "text": "And tomorrow?"},
+            ],
+        },
+    ]
+    body = chat_body(system=[{"type": "text", "text": "Be brief."}], messages=history, tools=[WEATHER])
+    assert body["messages"] == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Weather?"},
+        {
+            "role": "assistant",
+            "content": "Let me look.",
+            "tool_calls": [
+                {
+                    "id": "toolu_1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'},
+                }
+            ],
+            "reasoning_content": "They want Paris.",
+        },
+        {"role": "tool", "tool_call_id": "toolu_1", "content": "sunny"},
+        {"role": "user", "content": "And tomorrow?"},
+    ]
+    assert body["tools"] == [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "parameters": WEATHER["input_schema"],
+                "description": WEATHER["description"],
+            },
+        }
+    ]
+
+
+def test_a_failed_tool_says_so_in_the_tool_message_and_images_go_as_image_parts() -> None:
+    messages = [
+        {"role": "user", "content": "Look"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "get_weather", "input": {}}]},
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "t", "content": "no such city", "is_error": True},
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBOR"}},
+                {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}},
+            ],
+        },
+    ]
+    sent = chat_body(messages=messages)["messages"]
+    assert sent[2] == {"role": "tool", "tool_call_id": "t", "content": "Error: no such city"}
+    assert sent[3]["content"] == [
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBOR"}},
+        {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}},
+    ]
+
+
+@pytest.mark.parametrize(
+    ("choice", "chat_choice"),
+    [
+        ({"type": "auto"}, "auto"),
+        ({"type": "any"}, "required"),
+        ({"type": "tool", "name": "get_weather"}, {"type": "function", "function": {"name": "get_weather"}}),
+        ({"type": "none"}, "none"),
+    ],
+)
+def test_tool_choice_is_the_chat_tool_choice(choice: dict[str, Any], chat_choice: Any) -> None:
+    body = chat_body(tools=[WEATHER], tool_choice=choice)
+    assert body["tool_choice"] == chat_choice
+    assert "parallel_tool_calls" not in body
+    single = {**choice, "disable_parallel_tool_use": True}
+    if choice["type"] == "none":  # no such field on "none", as in the SDK
+        assert refusal(tools=[WEATHER], tool_choice=single).param == "tool_choice.disable_parallel_tool_use"
+    else:
+        assert chat_body(tools=[WEATHER], tool_choice=single)["parallel_tool_calls"] is False
+
+
+def test_the_top_level_fields_are_translated_to_their_chat_names() -> None:
+    body = chat_body(
+        stop_sequences=["\n\nHuman:"],
+        temperature=0.3,
+        top_p=0.9,
+        metadata={"user_id": "u-1"},
+        output_config={"effort": "low", "format": {"type": "json_schema", "schema": {"type": "object"}}},
+    )
+    assert body["stop"] == ["\n\nHuman:"] and body["temperature"] == 0.3 and body["top_p"] == 0.9
+    assert body["user"] == "u-1" and body["reasoning_effort"] == "low"
+    assert body["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {"name": "output", "schema": {"type": "object"}, "strict": True},
+    }
+    # The stream asks for usage: message_delta reports it.
+    assert parse(stream=True).request.include_usage
+
+
+def test_hints_the_container_follows_on_its_own_send_nothing() -> None:
+    plain = chat_body()
+    hinted = chat_body(
+        cache_control={"type": "ephemeral"},
+        service_tier="standard_only",
+        speed="standard",
+        thinking={"type": "adaptive"},
+    )
+    assert hinted == plain
+    assert chat_body(thinking={"type": "disabled"}) == plain
+
+
+def test_top_k_and_thinking_reach_the_container_only_where_the_deployment_allows_their_field() -> None:
+    assert "top_k" in refusal(top_k=5).message
+    assert refusal(max_tokens=8192, thinking={"type": "enabled", "budget_tokens": 2048}).param == "thinking"
+    allowed = Config(
+        endpoint_name="llm", model_id="m", extra_request_fields=frozenset({"top_k", "thinking_token_budget"})
+    )
+    body = chat_body(allowed, max_tokens=8192, top_k=5, thinking={"type": "enabled", "budget_tokens": 2048})
+    assert body["top_k"] == 5 and body["thinking_token_budget"] == 2048
+    # Anthropic's own rule: the budget is part of max_tokens.
+    assert refusal(allowed, thinking={"type": "enabled", "budget_tokens": 4096}).param == "thinking.budget_tokens"
+
+
+@pytest.mark.parametrize(
+    ("fields", "param"),
+    [
+        ({"tools": [{"type": "web_search_20250305", "name": "web_search"}]}, "tools.0.type"),
+        ({"messages": [*ASK, {"role": "assistant", "content": "The weather is"}]}, "messages.1"),
+        ({"messages": [{"role": "user", "content": [{"type": "document", "source": {}}]}]}, "messages.0.content.0"),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {}}]}]},
+            "messages.0.content.0",
+        ),
+        ({"messages": [{"role": "user", "content": []}]}, "messages.0.content"),
+        ({"container": "c-1"}, "container"),
+        ({"inference_geo": "us"}, "inference_geo"),
+        ({"speed": "fast"}, "speed"),
+        ({"thinking": {"type": "adaptive", "display": "omitted"}}, "thinking.display"),
+        ({"frequency_penalty": 1}, "frequency_penalty"),
+        ({"max_tokens": "5"}, "max_tokens"),
+        ({"temperature": 1.5}, "temperature"),
+    ],
+)
+def test_what_cannot_be_carried_is_refused_by_its_anthropic_name(fields: dict[str, Any], param: str) -> None:
+    err = refusal(**fields)
+    assert err.param == param and param in err.message
+
+
+def test_a_missing_max_tokens_is_refused_as_anthropic_refuses_it() -> None:
+    with pytest.raises(APIError) as caught:
+        MESSAGES.parse(json.dumps({"model": "m", "messages": ASK}).encode(), CFG)
+    assert caught.value.param == "max_tokens" and "max_tokens: Field required" in caught.value.message
+
+
+def test_a_dialects_refusal_names_the_field_the_client_sent() -> None:
+    tgi = Config(endpoint_name="llm", model_id="m", dialect="tgi", prompt_template="chatml")
+    err = refusal(tgi, metadata={"user_id": "u-1"})
+    assert err.param == "metadata.user_id" and "'metadata.user_id'" in err.message
+    assert refusal(tgi, output_config={"effort": "high"}).param == "output_config.effort"
+    history = [*ASK, {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {}}]}]
+    history.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "ok"}]})
+    assert refusal(tgi, messages=history).param == "messages.1.content.0"
+    assert refusal(tgi, stop_sequences=["a", "b", "c", "d", "e"]).param == "stop_sequences"
+    limited = Config(endpoint_name="llm", model_id="m", max_tokens_limit=32)
+    assert refusal(limited).param == "max_tokens"  # 64 asked
+
+
+def test_the_request_models_load_on_the_first_messages_request_not_at_init() -> None:
+    """A cold start that serves only OpenAI clients does not pay for them (20-40 ms of model classes)."""
+    import os
+    import subprocess
+    import sys
+
+    code = "import sys, sagestream.app; print('sagestream.messages_request' in sys.modules)"
+    env = {**os.environ, "SAGEMAKER_ENDPOINT_NAME": "unit-llm", "AWS_DEFAULT_REGION": "us-east-1"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
+    parse()  # and the first request loads them
+    assert "sagestream.messages_request" in sys.modules
