@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from functools import partial
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sagestream import dialects, upstream
 from sagestream.auth import Authenticator, requires_key
@@ -58,6 +58,9 @@ from sagestream.schema import ChatCompletionRequest, CompletionRequest, parse_ch
 from sagestream.sse import ChunkEncoder, Kind, completion_json, error_event
 from sagestream.telemetry import Telemetry, prompt_of
 
+if TYPE_CHECKING:
+    from sagestream.identity import Identity
+
 __all__ = ["App", "Call", "Request", "Route", "Writer", "handler"]
 
 logger = logging.getLogger(__name__)
@@ -69,13 +72,42 @@ SSE_HEADERS = {
     "x-content-type-options": "nosniff",
 }
 JSON_HEADERS = {"content-type": "application/json", "x-content-type-options": "nosniff"}
-PAGE_HEADERS = {
+PAGE_HEADERS: dict[str, str] = {
     "content-type": "text/html; charset=utf-8",
     "cache-control": "no-cache",
     "x-content-type-options": "nosniff",
     "content-security-policy": "default-src 'self'; script-src 'self' 'unsafe-inline'; "
     "style-src 'self' 'unsafe-inline'; connect-src 'self'; img-src 'self' data:",
 }
+
+
+
+
+def page_policy(sign_in: Mapping[str, str] | None) -> str:
+    """The page's CSP with the issuer's origins it needs to sign in: its token endpoint (``fetch``) and its
+    authorize and end-session endpoints (navigated to); nothing else of the issuer, and nothing of anyone else.
+
+    >>> page_policy({"token_endpoint": "https://auth.example/oauth2/token"}).split("; ")[3]
+    "connect-src 'self' https://auth.example"
+    """
+    connect = _origins([(sign_in or {}).get("token_endpoint")])
+    navigate = _origins([(sign_in or {}).get(k) for k in ("authorization_endpoint", "end_session_endpoint")])
+    return (
+        f"default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'; "
+        f"connect-src 'self'{connect}; img-src 'self' data:; form-action 'self'{navigate}"
+    )
+
+
+def _origins(urls: Iterable[str | None]) -> str:
+    from urllib.parse import urlsplit
+
+    found = []
+    for url in urls:
+        parts = urlsplit(url or "")
+        origin = f"{parts.scheme}://{parts.netloc}"
+        if parts.scheme in ("https", "http") and parts.netloc and origin not in found:
+            found.append(origin)
+    return "".join(" " + o for o in found)
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +180,7 @@ class Call:
     writer: Writer
     context: LambdaContext
     record: StreamRecord
+    identity: Identity | None = None  # the caller's verified sign-in, with AUTH_MODE=jwt
 
 
 RouteHandler = Callable[["App", Call], None]
@@ -236,7 +269,12 @@ class App:
         route = self.routes.get(path)
         # Unknown /v1 paths need the key too: without it nobody learns which routes exist.
         if route.keyed if route is not None else requires_key(path):
-            self.auth.check(request.headers)
+            identity = self.auth.check(request.headers)
+            if identity is not None:
+                call.identity = identity
+                details = identity.log_fields()
+                call.record.caller = details.pop("caller")
+                call.record.caller_details = details or None
         if route is None:
             if path.startswith("/v1/models/"):
                 raise APIError.not_found(
@@ -290,9 +328,13 @@ class App:
             .read_text("utf-8")
             .replace("__SAGESTREAM_MODEL__", html.escape(model))
             .replace("__SAGESTREAM_AUTH_MODE__", html.escape(self.config.auth_mode))
-            .encode()
         )
-        call.writer.write(page, 200, PAGE_HEADERS)
+        headers = PAGE_HEADERS
+        if self.auth.verifier is not None:
+            sign_in = self.auth.verifier.page_sign_in(self.config.jwt_page_client_id)
+            page = page.replace("__SAGESTREAM_SIGN_IN__", html.escape(json.dumps(sign_in or {})))
+            headers = {**PAGE_HEADERS, "content-security-policy": page_policy(sign_in)}
+        call.writer.write(page.encode(), 200, headers)
 
     # --- completions ---
 
@@ -356,6 +398,11 @@ class App:
             stream=bool(req.stream),
             max_tokens_default=cfg.max_tokens_limit,
         )
+        if call.identity is not None and cfg.dialect == "openai":
+            # OpenAI's `user`, which Messages-API containers take for abuse tracking: the verified caller,
+            # in place of whatever the client wrote there, so that no caller can speak for another. The
+            # prompt dialects have no such field (a client's own `user` is refused there by name).
+            body["user"] = call.identity.sub
         payload = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
         with self.telemetry.upstream(record):  # the trace subsegment ends with the stream
             if req.stream:

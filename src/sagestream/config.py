@@ -8,8 +8,9 @@ see :func:`parse_models`), ``UPSTREAM_FORMAT`` (``openai`` | ``tgi`` | ``lmi``),
 ``EXTRA_REQUEST_FIELDS`` (comma-separated vendor fields passed to the container, e.g. ``top_k,min_p``),
 ``PROMPT_TEMPLATE``, ``SSE_PAD_BYTES``, ``DEADLINE_MARGIN_MS``, ``UPSTREAM_CONNECT_TIMEOUT_S``,
 ``UPSTREAM_READ_TIMEOUT_S``, ``UPSTREAM_MAX_ATTEMPTS``, ``SERVE_UI``; for access control and telemetry
-``AUTH_MODE`` (``iam`` | ``api_key`` | ``none``), ``API_KEYS_PARAMETER``, ``API_KEYS`` (local runs),
-``API_KEYS_MAX_AGE_S``, ``LOG_PAYLOADS``, ``POWERTOOLS_TRACE_DISABLED`` (tracing is on only when it is
+``AUTH_MODE`` (``iam`` | ``api_key`` | ``jwt`` | ``none``), ``API_KEYS_PARAMETER``, ``API_KEYS`` (local runs),
+``API_KEYS_MAX_AGE_S``, ``JWT_ISSUER``, ``JWT_AUDIENCE``, ``JWT_REQUIRED_SCOPES``, ``JWT_JWKS_MAX_AGE_S``,
+``JWT_JWKS_REFETCH_S``, ``JWT_PAGE_CLIENT_ID``, ``LOG_PAYLOADS``, ``POWERTOOLS_TRACE_DISABLED`` (tracing is on only when it is
 set to ``false``: off unless enabled, unlike Powertools' own default).
 
 boto3's own ``AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME`` is deliberately not read here: the SDK applies it.
@@ -48,6 +49,7 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from sagestream import prompts
 from sagestream.dialects import Dialect, dialect_named
@@ -55,7 +57,7 @@ from sagestream.sse import MIN_PAD_BYTES
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
-AUTH_MODES = ("iam", "api_key", "none")
+AUTH_MODES = ("iam", "api_key", "jwt", "none")
 
 
 def openai_fields() -> frozenset[str]:
@@ -208,6 +210,14 @@ class Config:
     api_keys_parameter: str | None = None
     api_keys: tuple[str, ...] = ()
     api_keys_max_age_s: int = 300
+    # AUTH_MODE=jwt (sagestream.identity): the issuer, the audiences (aud, or Cognito's client_id), scopes.
+    jwt_issuer: str | None = None
+    jwt_audience: tuple[str, ...] = ()
+    jwt_required_scopes: tuple[str, ...] = ()
+    jwt_jwks_max_age_s: int = 3600
+    jwt_jwks_refetch_s: int = 10
+    # The OIDC client the chat page signs in with (a public client: no secret; code flow with PKCE).
+    jwt_page_client_id: str | None = None
     log_payloads: bool = False
     tracing: bool = False
     # Every model served, the first the default; the one-model case is the single settings above.
@@ -323,6 +333,18 @@ class Config:
                 "AUTH_MODE=api_key needs API_KEYS_PARAMETER (an SSM SecureString or a Secrets Manager secret "
                 "holding the keys), or API_KEYS for a local run"
             )
+        issuer = text("JWT_ISSUER")
+        audience = tuple(a for a in (env.get("JWT_AUDIENCE") or "").replace(",", " ").split() if a)
+        if auth_mode == "jwt":
+            if issuer is None or not audience:
+                raise ConfigError(
+                    "AUTH_MODE=jwt needs JWT_ISSUER (the OpenID Connect issuer URL) and JWT_AUDIENCE (the audience "
+                    "or app client id its tokens name)"
+                )
+            parts = urlsplit(issuer)
+            loopback = parts.hostname in ("127.0.0.1", "::1", "localhost")
+            if not (parts.scheme == "https" and parts.hostname) and not (parts.scheme == "http" and loopback):
+                raise ConfigError(f"JWT_ISSUER={issuer!r} must be an https URL (http only for a loopback issuer)")
         models: tuple[ModelTarget, ...] = ()
         model_id = text("MODEL_ID")
         component = text("INFERENCE_COMPONENT_NAME")
@@ -367,6 +389,12 @@ class Config:
             api_keys_parameter=keys_parameter,
             api_keys=local_keys,
             api_keys_max_age_s=int(number("API_KEYS_MAX_AGE_S", 300) or 0),
+            jwt_issuer=issuer,
+            jwt_audience=audience,
+            jwt_required_scopes=tuple((env.get("JWT_REQUIRED_SCOPES") or "").replace(",", " ").split()),
+            jwt_jwks_max_age_s=int(number("JWT_JWKS_MAX_AGE_S", 3600, minimum=1) or 3600),
+            jwt_jwks_refetch_s=int(number("JWT_JWKS_REFETCH_S", 10) or 0),
+            jwt_page_client_id=text("JWT_PAGE_CLIENT_ID"),
             log_payloads=flag("LOG_PAYLOADS", False),
             tracing=not flag("POWERTOOLS_TRACE_DISABLED", True),
             models=models,
