@@ -10,7 +10,7 @@ see :func:`parse_models`), ``UPSTREAM_FORMAT`` (``openai`` | ``tgi`` | ``lmi``),
 ``UPSTREAM_READ_TIMEOUT_S``, ``UPSTREAM_MAX_ATTEMPTS``, ``SERVE_UI``; for access control and telemetry
 ``AUTH_MODE`` (``iam`` | ``api_key`` | ``jwt`` | ``none``), ``API_KEYS_PARAMETER``, ``API_KEYS`` (local runs),
 ``API_KEYS_MAX_AGE_S``, ``JWT_ISSUER``, ``JWT_AUDIENCE``, ``JWT_REQUIRED_SCOPES``, ``JWT_JWKS_MAX_AGE_S``,
-``JWT_JWKS_REFETCH_S``, ``JWT_PAGE_CLIENT_ID``, ``LOG_PAYLOADS``, ``POWERTOOLS_TRACE_DISABLED`` (tracing is on only when it is
+``JWT_JWKS_REFETCH_S``, ``JWT_PAGE_CLIENT_ID``, ``JWT_CLIENT_ID_PARAMETER``, ``LOG_PAYLOADS``, ``POWERTOOLS_TRACE_DISABLED`` (tracing is on only when it is
 set to ``false``: off unless enabled, unlike Powertools' own default).
 
 boto3's own ``AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME`` is deliberately not read here: the SDK applies it.
@@ -335,6 +335,17 @@ class Config:
             )
         issuer = text("JWT_ISSUER")
         audience = tuple(a for a in (env.get("JWT_AUDIENCE") or "").replace(",", " ").split() if a)
+        page_client = text("JWT_PAGE_CLIENT_ID")
+        client_parameter = text("JWT_CLIENT_ID_PARAMETER")
+        if auth_mode == "jwt" and client_parameter is not None:
+            # The app client the template made for the page: its id is known only once the client exists,
+            # after the function (its callback is the Function URL), so it reaches the function through SSM.
+            try:
+                client_id = fetch_parameter(client_parameter).strip()
+            except Exception as e:
+                raise ConfigError(f"JWT_CLIENT_ID_PARAMETER={client_parameter!r} could not be read: {e}") from None
+            audience = (*audience, client_id) if client_id not in audience else audience
+            page_client = page_client or client_id
         if auth_mode == "jwt":
             if issuer is None or not audience:
                 raise ConfigError(
@@ -394,7 +405,7 @@ class Config:
             jwt_required_scopes=tuple((env.get("JWT_REQUIRED_SCOPES") or "").replace(",", " ").split()),
             jwt_jwks_max_age_s=int(number("JWT_JWKS_MAX_AGE_S", 3600, minimum=1) or 3600),
             jwt_jwks_refetch_s=int(number("JWT_JWKS_REFETCH_S", 10) or 0),
-            jwt_page_client_id=text("JWT_PAGE_CLIENT_ID"),
+            jwt_page_client_id=page_client,
             log_payloads=flag("LOG_PAYLOADS", False),
             tracing=not flag("POWERTOOLS_TRACE_DISABLED", True),
             models=models,

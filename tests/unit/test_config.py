@@ -145,3 +145,45 @@ def test_a_bad_models_setting_is_refused_at_init_naming_the_model_and_key(env: d
 
 def test_the_endpoint_name_may_name_one_of_the_models_endpoints() -> None:
     assert Config.from_env({"MODELS": MODELS, "SAGEMAKER_ENDPOINT_NAME": "e-b"}).model_ids == ("a", "b")
+
+
+# --- AUTH_MODE=jwt ---------------------------------------------------------------------------------------
+
+
+def test_jwt_mode_needs_an_issuer_and_an_audience_and_https() -> None:
+    with pytest.raises(ConfigError, match="JWT_ISSUER"):
+        Config.from_env({"SAGEMAKER_ENDPOINT_NAME": "e", "AUTH_MODE": "jwt", "JWT_AUDIENCE": "app"})
+    with pytest.raises(ConfigError, match="https"):
+        Config.from_env(
+            {"SAGEMAKER_ENDPOINT_NAME": "e", "AUTH_MODE": "jwt", "JWT_ISSUER": "http://id.example", "JWT_AUDIENCE": "a"}
+        )
+    cfg = Config.from_env(
+        {
+            "SAGEMAKER_ENDPOINT_NAME": "e",
+            "AUTH_MODE": "jwt",
+            "JWT_ISSUER": "http://127.0.0.1:9000",
+            "JWT_AUDIENCE": "api, app",
+            "JWT_REQUIRED_SCOPES": "sagestream/invoke read",
+        }
+    )
+    assert (cfg.jwt_audience, cfg.jwt_required_scopes) == (("api", "app"), ("sagestream/invoke", "read"))
+
+
+def test_the_templates_app_client_id_comes_from_its_parameter_as_audience_and_page_client() -> None:
+    asked: list[str] = []
+
+    def fetch(name: str) -> str:
+        asked.append(name)
+        return "3abcclientid\n"
+
+    cfg = Config.from_env(
+        {
+            "SAGEMAKER_ENDPOINT_NAME": "e",
+            "AUTH_MODE": "jwt",
+            "JWT_ISSUER": "https://cognito-idp.us-east-1.amazonaws.com/us-east-1_abc",
+            "JWT_CLIENT_ID_PARAMETER": "/stack/page-client-id",
+        },
+        fetch_parameter=fetch,
+    )
+    assert asked == ["/stack/page-client-id"]
+    assert (cfg.jwt_audience, cfg.jwt_page_client_id) == (("3abcclientid",), "3abcclientid")
