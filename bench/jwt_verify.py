@@ -56,8 +56,10 @@ def main() -> None:
     args = parser.parse_args()
     rounds = cpu_us_per_check(args.tokens)
     median = statistics.median(rounds)
-    print(f"jwt verify, cached key: {median:.0f} us CPU per token (rounds: {', '.join(f'{r:.0f}' for r in rounds)}); "
-          f"target <= {TARGET_US:.0f} us: {'met' if median <= TARGET_US else 'MISSED'}")
+    print(
+        f"jwt verify, cached key: {median:.0f} us CPU per token (rounds: {', '.join(f'{r:.0f}' for r in rounds)}); "
+        f"target <= {TARGET_US:.0f} us: {'met' if median <= TARGET_US else 'MISSED'}"
+    )
 
 
 if __name__ == "__main__":

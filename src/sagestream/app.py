@@ -81,8 +81,6 @@ PAGE_HEADERS: dict[str, str] = {
 }
 
 
-
-
 def page_policy(sign_in: Mapping[str, str] | None) -> str:
     """The page's CSP with the issuer's origins it needs to sign in: its token endpoint (``fetch``) and its
     authorize and end-session endpoints (navigated to); nothing else of the issuer, and nothing of anyone else.

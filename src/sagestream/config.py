@@ -10,8 +10,9 @@ see :func:`parse_models`), ``UPSTREAM_FORMAT`` (``openai`` | ``tgi`` | ``lmi``),
 ``UPSTREAM_READ_TIMEOUT_S``, ``UPSTREAM_MAX_ATTEMPTS``, ``SERVE_UI``; for access control and telemetry
 ``AUTH_MODE`` (``iam`` | ``api_key`` | ``jwt`` | ``none``), ``API_KEYS_PARAMETER``, ``API_KEYS`` (local runs),
 ``API_KEYS_MAX_AGE_S``, ``JWT_ISSUER``, ``JWT_AUDIENCE``, ``JWT_REQUIRED_SCOPES``, ``JWT_JWKS_MAX_AGE_S``,
-``JWT_JWKS_REFETCH_S``, ``JWT_PAGE_CLIENT_ID``, ``JWT_CLIENT_ID_PARAMETER``, ``LOG_PAYLOADS``, ``POWERTOOLS_TRACE_DISABLED`` (tracing is on only when it is
-set to ``false``: off unless enabled, unlike Powertools' own default).
+``JWT_JWKS_REFETCH_S``, ``JWT_PAGE_CLIENT_ID``, ``JWT_CLIENT_ID_PARAMETER``, ``LOG_PAYLOADS``,
+``POWERTOOLS_TRACE_DISABLED`` (tracing is on only when it is set to ``false``: off unless enabled, unlike
+Powertools' own default).
 
 boto3's own ``AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME`` is deliberately not read here: the SDK applies it.
 

@@ -270,7 +270,10 @@ class JwtVerifier:
             key = self.keys.key(kid if isinstance(kid, str) else None)
         except KeysUnavailable:
             raise APIError(
-                503, "The server could not fetch the keys to check the token.", type="server_error", code="jwks_unavailable"
+                503,
+                "The server could not fetch the keys to check the token.",
+                type="server_error",
+                code="jwks_unavailable",
             ) from None
         if key is None:
             raise refused("The token is signed with a key the issuer does not publish.")

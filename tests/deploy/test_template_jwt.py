@@ -14,6 +14,7 @@ import pytest
 from tests.cfn import load_template
 from tests.deploy.conftest import ROOT, SAM_ENV
 
+PARAMETER = "parameter/${AWS::StackName}/page-client-id"
 WAYS = {
     "created user pool": {"AuthMode": "jwt", "CreateUserPool": "true", "ServeUi": "true"},
     "existing issuer": {
@@ -30,7 +31,7 @@ def with_defaults(text: str, values: dict[str, str]) -> str:
     """The template's text with these parameters' defaults (each parameter must have a Default line)."""
     for name, value in values.items():
         pattern = re.compile(rf"(^  {name}:\n(?:    .*\n)*?    Default: ).*$", re.MULTILINE)
-        text, count = pattern.subn(lambda m: m[1] + f'"{value}"', text, count=1)
+        text, count = pattern.subn(lambda m, value=value: m[1] + f'"{value}"', text, count=1)
         assert count == 1, name
     return text
 
@@ -87,8 +88,6 @@ def test_the_function_may_read_the_client_id_parameter_and_nothing_else_of_the_p
             "Sid": "ReadThePageClientId",
             "Effect": "Allow",
             "Action": "ssm:GetParameter",
-            "Resource": {
-                "Fn::Sub": "arn:${AWS::Partition}:ssm:${AWS::Region}:${AWS::AccountId}:parameter/${AWS::StackName}/page-client-id"
-            },
+            "Resource": {"Fn::Sub": "arn:${AWS::Partition}:ssm:${AWS::Region}:${AWS::AccountId}:" + PARAMETER},
         }
     ]

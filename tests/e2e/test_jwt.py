@@ -49,7 +49,9 @@ def jwks_fetches(issuer: LocalIssuer) -> int:
 def test_a_signed_in_caller_streams_is_logged_and_is_the_upstream_user(jwt_stack: Captured) -> None:
     issuer = issuer_of(jwt_stack)
     token = issuer.access_token("alice")
-    resp, lines = jwt_stack.call(CHAT, {**BODY, "user": "pretending-to-be-bob"}, headers={"authorization": f"Bearer {token}"})
+    resp, lines = jwt_stack.call(
+        CHAT, {**BODY, "user": "pretending-to-be-bob"}, headers={"authorization": f"Bearer {token}"}
+    )
     assert resp.status == 200 and resp.data_events()[-1] == "[DONE]"
     (log,) = [line.data for line in logs(lines)]
     sub = issuer.access_claims("alice")["sub"]
@@ -120,7 +122,9 @@ def test_the_openai_sdk_streams_with_a_bearer_token(jwt_stack: Captured) -> None
     assert base_url.startswith("http://127.0.0.1:"), "an SDK without a loopback base URL calls its public host"
     token = issuer_of(jwt_stack).access_token("alice")
     client = OpenAI(base_url=base_url, api_key=token, max_retries=0)
-    stream = client.chat.completions.create(model="sagestream-sim", messages=[{"role": "user", "content": "Hi"}], stream=True)
+    stream = client.chat.completions.create(
+        model="sagestream-sim", messages=[{"role": "user", "content": "Hi"}], stream=True
+    )
     text = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
     assert text
     mark = jwt_stack.out.mark()

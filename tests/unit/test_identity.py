@@ -175,7 +175,9 @@ def test_an_hmac_key_in_the_jwks_is_never_used() -> None:
         "http://127.0.0.1:1",
         max_age_s=60,
         refetch_s=0,
-        fetch=lambda url: jwks if url.endswith("/jwks") else {"issuer": "http://127.0.0.1:1", "jwks_uri": "http://127.0.0.1:1/jwks"},
+        fetch=lambda url: (
+            jwks if url.endswith("/jwks") else {"issuer": "http://127.0.0.1:1", "jwks_uri": "http://127.0.0.1:1/jwks"}
+        ),
     )
     assert keys.refresh() is False
 
@@ -187,7 +189,9 @@ def _hs256_with_public_key(issuer: LocalIssuer) -> str:
     from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
     pem = issuer.keys[0].private.public_key().public_bytes(Encoding.PEM, PublicFormat.SubjectPublicKeyInfo)
-    signing_input = f"{b64({'alg': 'HS256', 'typ': 'JWT', 'kid': issuer.keys[0].kid})}.{b64(issuer.access_claims('alice'))}"
+    signing_input = (
+        f"{b64({'alg': 'HS256', 'typ': 'JWT', 'kid': issuer.keys[0].kid})}.{b64(issuer.access_claims('alice'))}"
+    )
     mac = crypto_hmac.HMAC(pem, SHA256())
     mac.update(signing_input.encode())
     return f"{signing_input}.{b64(mac.finalize())}"
