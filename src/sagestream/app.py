@@ -318,8 +318,8 @@ class App:
         call.writer.json({"status": "ok"})
 
     def _page(self, call: Call) -> None:
-        # With keys, the page learns the model from /v1/models once a key is entered, never from here.
-        model = "" if self.config.auth_mode == "api_key" else self.config.model_id
+        # With keys or sign-in, the page learns the model from /v1/models once it may call, never from here.
+        model = "" if self.config.auth_mode in ("api_key", "jwt") else self.config.model_id
         page = (
             resources.files("sagestream")
             .joinpath("static/index.html")

@@ -74,6 +74,8 @@ def test_sign_in_on_the_issuers_form_then_stream_refresh_and_sign_out(chat: Chat
     sign_in(chat)
     page.wait_for_selector("#sign-out", state="visible")
     assert page.text_content("#who") == "signed in as alice"
+    # The page names no model before sign-in; signed in, it asks /v1/models with the token.
+    page.wait_for_function("() => document.getElementById('model').value === 'sagestream-sim'")
     assert "code=" not in page.url, "the code leaves the address bar once redeemed"
     session = stored_session(chat)
     assert session is not None and session["access"].count(".") == 2 and session["refresh"]

@@ -113,6 +113,7 @@ def test_every_v1_route_needs_the_token_and_the_page_may_reach_exactly_the_issue
     assert f"connect-src 'self' {issuer.url};" in policy
     assert policy.endswith(f"form-action 'self' {issuer.url}")
     assert b"sagestream-local-page" in page.body and b"/token" in page.body
+    assert b"sagestream-sim" not in page.body, "nothing unauthenticated names the model"
 
 
 def test_the_openai_sdk_streams_with_a_bearer_token(jwt_stack: Captured) -> None:
