@@ -253,6 +253,10 @@ class JwtVerifier:
             return None
         scope = " ".join(dict.fromkeys(("openid", *sorted(self.required_scopes))))
         found = {name: str(metadata[name]) for name in endpoints if isinstance(metadata.get(name), str)}
+        if "end_session_endpoint" not in found and (urlsplit(self.issuer).hostname or "").startswith("cognito-idp."):
+            # Cognito publishes no end_session_endpoint: its sign-in domain signs out at /logout (logout_uri).
+            domain = urlsplit(found["authorization_endpoint"])
+            found["end_session_endpoint"] = f"{domain.scheme}://{domain.netloc}/logout"
         return {"client_id": client_id, "scope": scope, "issuer": self.issuer, **found}
 
     def check(self, headers: Mapping[str, str]) -> Identity:

@@ -267,3 +267,20 @@ def test_pyjwt_refuses_none_and_hmac_by_itself_too(issuer: LocalIssuer) -> None:
     key = jwt.PyJWK(issuer.keys[0].jwk())
     with pytest.raises(jwt.InvalidAlgorithmError):
         jwt.decode(_hs256_with_public_key(issuer), key, algorithms=["RS256", "HS256"], options={"verify_aud": False})
+
+
+def test_a_cognito_pool_signs_out_on_its_sign_in_domain() -> None:
+    """Cognito's discovery document has no end_session_endpoint; its hosted UI's /logout is the way out."""
+    pool = "https://cognito-idp.us-east-1.amazonaws.com/us-east-1_Example"
+    domain = "https://example.auth.us-east-1.amazoncognito.com"
+    discovery = {
+        "issuer": pool,
+        "jwks_uri": pool + "/.well-known/jwks.json",
+        "authorization_endpoint": domain + "/oauth2/authorize",
+        "token_endpoint": domain + "/oauth2/token",
+    }
+    jwks = {"keys": [SigningKey.new().jwk()]}
+    config = Config(endpoint_name="llm", auth_mode="jwt", jwt_issuer=pool, jwt_audience=("client",))
+    verifier = JwtVerifier(config, fetch=lambda url: jwks if url.endswith("jwks.json") else discovery)
+    sign_in = verifier.page_sign_in("client")
+    assert sign_in is not None and sign_in["end_session_endpoint"] == domain + "/logout"
