@@ -1,9 +1,13 @@
 """AUTH_MODE=jwt through the whole local chain, against the local OIDC issuer over real sockets: who called is
 logged and sent upstream, every bad token is refused before anything goes upstream, a rotated key is
-taken after one refetch, and the openai SDK streams with a bearer token."""
+taken after one refetch, and the openai SDKs (Python, and Node for a tool call) stream with a bearer token."""
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import subprocess
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -11,7 +15,9 @@ from typing import Any
 import pytest
 
 from sagestream_local.oidc import LocalIssuer, SigningKey
+from sagestream_local.stack import SIM_ENDPOINT_NAME
 from tests.client import request
+from tests.e2e.test_node_client import NODE_DIR
 from tests.e2e.test_telemetry import CHAT, Captured, _captured, finished, logs
 from tests.unit.test_identity import REFUSALS
 
@@ -134,3 +140,22 @@ def test_the_openai_sdk_streams_with_a_bearer_token(jwt_stack: Captured) -> None
         refused.chat.completions.create(model="sagestream-sim", messages=[{"role": "user", "content": "Hi"}])
     assert getattr(caught.value, "status_code", None) == 401
     jwt_stack.out.wait(mark, finished)
+
+
+def test_the_node_sdk_streams_a_tool_call_with_a_bearer_token(jwt_stack: Captured) -> None:
+    node = shutil.which("node")
+    if node is None or not (NODE_DIR / "node_modules" / "openai").is_dir():
+        pytest.fail("Node and the openai npm package are needed: run `make test` (it runs npm ci --prefix tests/node)")
+    issuer = issuer_of(jwt_stack)
+    env = {
+        **os.environ,
+        "SAGESTREAM_BASE_URL": jwt_stack.stack.url + "/v1",
+        "SAGESTREAM_MODEL": SIM_ENDPOINT_NAME,
+        "SAGESTREAM_API_KEY": issuer.access_token("bob"),
+    }
+    done = subprocess.run(
+        [node, str(NODE_DIR / "stream_tool_call.mjs")], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["finishReason"] == "tool_calls"
+    assert {r["user"] for r in upstream_requests(jwt_stack)} == {issuer.access_claims("bob")["sub"]}
