@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from functools import partial
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sagestream import dialects, routing, upstream
 from sagestream.apis import CHAT, COMPLETIONS, ClientAPI, Parsed
@@ -59,6 +59,9 @@ from sagestream.runtime import ClientDisconnected, LambdaContext, ResponseStream
 from sagestream.sse import StreamEncoder, error_event
 from sagestream.telemetry import Telemetry, prompt_of
 
+if TYPE_CHECKING:
+    from sagestream.identity import Identity
+
 __all__ = ["App", "Call", "Request", "Route", "Writer", "handler"]
 
 logger = logging.getLogger(__name__)
@@ -70,13 +73,40 @@ SSE_HEADERS = {
     "x-content-type-options": "nosniff",
 }
 JSON_HEADERS = {"content-type": "application/json", "x-content-type-options": "nosniff"}
-PAGE_HEADERS = {
+PAGE_HEADERS: dict[str, str] = {
     "content-type": "text/html; charset=utf-8",
     "cache-control": "no-cache",
     "x-content-type-options": "nosniff",
     "content-security-policy": "default-src 'self'; script-src 'self' 'unsafe-inline'; "
     "style-src 'self' 'unsafe-inline'; connect-src 'self'; img-src 'self' data:",
 }
+
+
+def page_policy(sign_in: Mapping[str, str] | None) -> str:
+    """The page's CSP with the issuer's origins it needs to sign in: its token endpoint (``fetch``) and its
+    authorize and end-session endpoints (navigated to); nothing else of the issuer, and nothing of anyone else.
+
+    >>> page_policy({"token_endpoint": "https://auth.example/oauth2/token"}).split("; ")[3]
+    "connect-src 'self' https://auth.example"
+    """
+    connect = _origins([(sign_in or {}).get("token_endpoint")])
+    navigate = _origins([(sign_in or {}).get(k) for k in ("authorization_endpoint", "end_session_endpoint")])
+    return (
+        f"default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'; "
+        f"connect-src 'self'{connect}; img-src 'self' data:; form-action 'self'{navigate}"
+    )
+
+
+def _origins(urls: Iterable[str | None]) -> str:
+    from urllib.parse import urlsplit
+
+    found = []
+    for url in urls:
+        parts = urlsplit(url or "")
+        origin = f"{parts.scheme}://{parts.netloc}"
+        if parts.scheme in ("https", "http") and parts.netloc and origin not in found:
+            found.append(origin)
+    return "".join(" " + o for o in found)
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +183,7 @@ class Call:
     record: StreamRecord
     encoder: StreamEncoder | None = None  # a streamed answer's, once it is made: it writes errors after the start
     ids: UpstreamIds | None = None  # what the upstream calls carry besides the body; set by the completion routes
+    identity: Identity | None = None  # the caller's verified sign-in, with AUTH_MODE=jwt
 
 
 RouteHandler = Callable[["App", Call], None]
@@ -246,7 +277,12 @@ class App:
             call.writer.error_body = route.api.error_body  # refusals from here on take the route's shape
         # Unknown /v1 paths need the key too: without it nobody learns which routes exist.
         if route.keyed if route is not None else requires_key(path):
-            self.auth.check(request.headers)
+            identity = self.auth.check(request.headers)
+            if identity is not None:
+                call.identity = identity
+                details = identity.log_fields()
+                call.record.caller = details.pop("caller")
+                call.record.caller_details = details or None
         if route is None:
             if path.startswith("/v1/models/"):
                 raise APIError.not_found(
@@ -292,17 +328,21 @@ class App:
         call.writer.json({"status": "ok"})
 
     def _page(self, call: Call) -> None:
-        # With keys, the page learns the model from /v1/models once a key is entered, never from here.
-        model = "" if self.config.auth_mode == "api_key" else self.config.model_id
+        # With keys or sign-in, the page learns the model from /v1/models once it may call, never from here.
+        model = "" if self.config.auth_mode in ("api_key", "jwt") else self.config.model_id
         page = (
             resources.files("sagestream")
             .joinpath("static/index.html")
             .read_text("utf-8")
             .replace("__SAGESTREAM_MODEL__", html.escape(model))
             .replace("__SAGESTREAM_AUTH_MODE__", html.escape(self.config.auth_mode))
-            .encode()
         )
-        call.writer.write(page, 200, PAGE_HEADERS)
+        headers = PAGE_HEADERS
+        if self.auth.verifier is not None:
+            sign_in = self.auth.verifier.page_sign_in(self.config.jwt_page_client_id)
+            page = page.replace("__SAGESTREAM_SIGN_IN__", html.escape(json.dumps(sign_in or {})))
+            headers = {**PAGE_HEADERS, "content-security-policy": page_policy(sign_in)}
+        call.writer.write(page.encode(), 200, headers)
 
     # --- completions ---
 
@@ -368,6 +408,11 @@ class App:
             )
         except APIError as err:
             raise parsed.in_client_terms(err) from None
+        if call.identity is not None and cfg.dialect == "openai":
+            # OpenAI's `user`, which Messages-API containers take for abuse tracking: the verified caller,
+            # in place of whatever the client wrote there, so that no caller can speak for another. The
+            # prompt dialects have no such field (a client's own `user` is refused there by name).
+            body["user"] = call.identity.sub
         payload = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
         # Noted once the call is certain: a request refused above made none, and its record names no ids.
         record.inference_id, record.prefix_aware_id = call.ids.inference_id, call.ids.prefix_aware_id

@@ -1,4 +1,4 @@
-"""Who may call the ``/v1/*`` routes: ``AUTH_MODE`` ``iam`` (the default), ``api_key`` or ``none``.
+"""Who may call the ``/v1/*`` routes: ``AUTH_MODE`` ``iam`` (the default), ``api_key``, ``jwt`` or ``none``.
 
 - ``iam``: the Function URL's ``AWS_IAM`` auth type has authenticated the caller before the function runs;
   the function trusts it and checks nothing.
@@ -7,6 +7,8 @@
   ``API_KEYS_PARAMETER``, read through Powertools Parameters and cached for ``API_KEYS_MAX_AGE_S``; for
   local runs ``API_KEYS=k1,k2`` adds keys from the environment. A missing or wrong key is a 401 in the
   OpenAI error shape, before anything is sent upstream.
+- ``jwt``: a request carries the caller's own sign-in as ``Authorization: Bearer <JWT>``, verified against
+  the OpenID Connect issuer ``JWT_ISSUER`` (see :mod:`sagestream.identity`, imported in this mode only).
 - ``none``: anyone with the URL may call; a warning is logged at init.
 
 ``API_KEYS_PARAMETER`` is the name of an SSM parameter or of a Secrets Manager secret: an ARN says which;
@@ -37,10 +39,13 @@ import hmac
 import json
 import logging
 from collections.abc import Iterable, Mapping
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from sagestream.config import Config
 from sagestream.errors import APIError
+
+if TYPE_CHECKING:
+    from sagestream.identity import Identity, JwtVerifier
 
 logger = logging.getLogger(__name__)
 
@@ -125,13 +130,21 @@ class Authenticator:
         self._store, self._name = store_of(self.parameter or "")
         self._local = tuple(_digest(k) for k in config.api_keys)
         self._sources: dict[Store, KeySource] = dict(sources or {})
+        self.verifier: JwtVerifier | None = None
+        if self.mode == "jwt":
+            from sagestream.identity import JwtVerifier  # PyJWT and cryptography: this mode's init only
+
+            self.verifier = JwtVerifier(config)
         if self.mode == "none":
             logger.warning("AUTH_MODE=none: anyone who has the function URL can call the model endpoint")
 
-    def check(self, headers: Mapping[str, str]) -> None:
-        """Return if the request may go on; raise :class:`APIError` (401, or 500 if the keys can't be read)."""
+    def check(self, headers: Mapping[str, str]) -> Identity | None:
+        """Return if the request may go on (with the caller's identity, in ``jwt`` mode); raise :class:`APIError`
+        (401, 403 for a token without a required scope, 500 or 503 if the keys can't be read)."""
+        if self.verifier is not None:
+            return self.verifier.check(headers)
         if self.mode != "api_key":
-            return
+            return None
         presented = presented_keys(headers)
         if not presented:
             raise APIError.unauthorized(
@@ -139,6 +152,7 @@ class Authenticator:
             )
         if not matches(presented, self._digests()):
             raise APIError.unauthorized("Invalid API key.")
+        return None
 
     def _digests(self) -> tuple[bytes, ...]:
         if self.parameter is None:

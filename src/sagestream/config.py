@@ -8,9 +8,11 @@ see :func:`parse_models`), ``UPSTREAM_FORMAT`` (``openai`` | ``tgi`` | ``lmi``),
 ``EXTRA_REQUEST_FIELDS`` (comma-separated vendor fields passed to the container, e.g. ``top_k,min_p``),
 ``PROMPT_TEMPLATE``, ``SSE_PAD_BYTES``, ``DEADLINE_MARGIN_MS``, ``UPSTREAM_CONNECT_TIMEOUT_S``,
 ``UPSTREAM_READ_TIMEOUT_S``, ``UPSTREAM_MAX_ATTEMPTS``, ``SERVE_UI``, ``PREFIX_AWARE_ROUTING``; for access control
-and telemetry ``AUTH_MODE`` (``iam`` | ``api_key`` | ``none``), ``API_KEYS_PARAMETER``, ``API_KEYS`` (local runs),
-``API_KEYS_MAX_AGE_S``, ``LOG_PAYLOADS``, ``POWERTOOLS_TRACE_DISABLED`` (tracing is on only when it is
-set to ``false``: off unless enabled, unlike Powertools' own default).
+and telemetry ``AUTH_MODE`` (``iam`` | ``api_key`` | ``jwt`` | ``none``), ``API_KEYS_PARAMETER``, ``API_KEYS``
+(local runs), ``API_KEYS_MAX_AGE_S``, ``JWT_ISSUER``, ``JWT_AUDIENCE``, ``JWT_REQUIRED_SCOPES``, ``JWT_JWKS_MAX_AGE_S``,
+``JWT_JWKS_REFETCH_S``, ``JWT_PAGE_CLIENT_ID``, ``JWT_CLIENT_ID_PARAMETER``, ``LOG_PAYLOADS``,
+``POWERTOOLS_TRACE_DISABLED`` (tracing is on only when it is set to ``false``: off unless enabled, unlike
+Powertools' own default).
 
 boto3's own ``AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME`` is deliberately not read here: the SDK applies it.
 
@@ -48,6 +50,7 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from sagestream import prompts
 from sagestream.dialects import Dialect, dialect_named
@@ -55,7 +58,7 @@ from sagestream.sse import MIN_PAD_BYTES
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
-AUTH_MODES = ("iam", "api_key", "none")
+AUTH_MODES = ("iam", "api_key", "jwt", "none")
 
 
 def openai_fields() -> frozenset[str]:
@@ -216,6 +219,14 @@ class Config:
     api_keys_parameter: str | None = None
     api_keys: tuple[str, ...] = ()
     api_keys_max_age_s: int = 300
+    # AUTH_MODE=jwt (sagestream.identity): the issuer, the audiences (aud, or Cognito's client_id), scopes.
+    jwt_issuer: str | None = None
+    jwt_audience: tuple[str, ...] = ()
+    jwt_required_scopes: tuple[str, ...] = ()
+    jwt_jwks_max_age_s: int = 3600
+    jwt_jwks_refetch_s: int = 10
+    # The OIDC client the chat page signs in with (a public client: no secret; code flow with PKCE).
+    jwt_page_client_id: str | None = None
     log_payloads: bool = False
     tracing: bool = False
     # prompt_cache_key becomes SageMaker's PrefixAwareId (sagestream.routing): for prefix-aware endpoints.
@@ -335,6 +346,29 @@ class Config:
                 "holding the keys), or API_KEYS for a local run"
             )
         prefix_aware = flag("PREFIX_AWARE_ROUTING", False)
+        issuer = text("JWT_ISSUER")
+        audience = tuple(a for a in (env.get("JWT_AUDIENCE") or "").replace(",", " ").split() if a)
+        page_client = text("JWT_PAGE_CLIENT_ID")
+        client_parameter = text("JWT_CLIENT_ID_PARAMETER")
+        if auth_mode == "jwt" and client_parameter is not None:
+            # The app client the template made for the page: its id is known only once the client exists,
+            # after the function (its callback is the Function URL), so it reaches the function through SSM.
+            try:
+                client_id = fetch_parameter(client_parameter).strip()
+            except Exception as e:
+                raise ConfigError(f"JWT_CLIENT_ID_PARAMETER={client_parameter!r} could not be read: {e}") from None
+            audience = (*audience, client_id) if client_id not in audience else audience
+            page_client = page_client or client_id
+        if auth_mode == "jwt":
+            if issuer is None or not audience:
+                raise ConfigError(
+                    "AUTH_MODE=jwt needs JWT_ISSUER (the OpenID Connect issuer URL) and JWT_AUDIENCE (the audience "
+                    "or app client id its tokens name)"
+                )
+            parts = urlsplit(issuer)
+            loopback = parts.hostname in ("127.0.0.1", "::1", "localhost")
+            if not (parts.scheme == "https" and parts.hostname) and not (parts.scheme == "http" and loopback):
+                raise ConfigError(f"JWT_ISSUER={issuer!r} must be an https URL (http only for a loopback issuer)")
         models: tuple[ModelTarget, ...] = ()
         model_id = text("MODEL_ID")
         component = text("INFERENCE_COMPONENT_NAME")
@@ -380,6 +414,12 @@ class Config:
             api_keys_parameter=keys_parameter,
             api_keys=local_keys,
             api_keys_max_age_s=int(number("API_KEYS_MAX_AGE_S", 300) or 0),
+            jwt_issuer=issuer,
+            jwt_audience=audience,
+            jwt_required_scopes=tuple((env.get("JWT_REQUIRED_SCOPES") or "").replace(",", " ").split()),
+            jwt_jwks_max_age_s=int(number("JWT_JWKS_MAX_AGE_S", 3600, minimum=1) or 3600),
+            jwt_jwks_refetch_s=int(number("JWT_JWKS_REFETCH_S", 10) or 0),
+            jwt_page_client_id=page_client,
             log_payloads=flag("LOG_PAYLOADS", False),
             tracing=not flag("POWERTOOLS_TRACE_DISABLED", True),
             prefix_aware_routing=prefix_aware,

@@ -140,7 +140,8 @@ class StreamRecord:
     # What the upstream calls carried (sagestream.routing): the InferenceId (the request id) and PrefixAwareId.
     inference_id: str | None = None
     prefix_aware_id: str | None = None
-    caller: str | None = None  # the signing IAM principal, with AUTH_MODE=iam
+    caller: str | None = None  # the signing IAM principal (AUTH_MODE=iam), or the token's sub (AUTH_MODE=jwt)
+    caller_details: dict[str, str] | None = None  # a JWT caller's client id and user name, where the token has them
     started: float = field(default_factory=time.monotonic)
     status: int = 200
     streamed: bool = False

@@ -17,10 +17,11 @@ invocation), ``method``, ``path``, ``status``, ``model``, ``endpoint``, ``dialec
 (the ``PrefixAwareId``, with prefix-aware routing), ``stream``,
 ``output_tokens``, ``ttft_ms``, ``upstream_ttfb_ms``, ``duration_ms``, ``itl_median_ms``, ``itl_max_ms``,
 ``finish_reason``, ``error_type``, ``error_code``, ``client_disconnected``, ``deadline_stop``,
-``cold_start`` and, with ``AUTH_MODE=iam``, ``caller`` (the signing IAM principal). Prompts and completions
-appear (``prompt``, ``completion``) only with ``LOG_PAYLOADS=true``. The function's own cost, the part
-Lambda bills and a smaller ``MemorySize`` slows down: ``cpu_ms`` (process CPU from the event's arrival
-to the record), ``ttft_cpu_ms`` (process CPU from the event's arrival to the first delta written), and
+``cold_start`` and, with ``AUTH_MODE=iam``, ``caller`` (the signing IAM principal; with ``AUTH_MODE=jwt`` the
+token's ``sub``, and ``caller_client_id`` and ``caller_username`` where the token has them; never the token).
+Prompts and completions appear (``prompt``, ``completion``) only with ``LOG_PAYLOADS=true``. The function's
+own cost, the part Lambda bills and a smaller ``MemorySize`` slows down: ``cpu_ms`` (process CPU from the
+event's arrival to the record), ``ttft_cpu_ms`` (process CPU from the event's arrival to the first delta written), and
 ``relay_ms_p50`` / ``relay_ms_p99`` (per delta, from the upstream read that completed it to its write).
 
 The metrics (namespace ``POWERTOOLS_METRICS_NAMESPACE``, default ``sagestream``), one EMF record per
@@ -146,8 +147,9 @@ def invocation_fields(
         "relay_ms_p50": _round(relay.quantile(0.5)),
         "relay_ms_p99": _round(relay.quantile(0.99)),
     }
-    if config.auth_mode == "iam" and record.caller:
+    if config.auth_mode in ("iam", "jwt") and record.caller:
         fields["caller"] = record.caller
+        fields.update(record.caller_details or {})
     if config.log_payloads:
         fields["prompt"] = record.prompt
         fields["completion"] = "".join(record.completion or ())

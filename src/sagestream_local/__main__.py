@@ -59,6 +59,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  chat page:  {stack.url}/", flush=True)
     if stack.endpoint is not None:
         print(f"  endpoint:   {stack.endpoint.url}/_sim/records  (what each SageMaker call carried)", flush=True)
+    if stack.issuer is not None:
+        users = ", ".join(f"{name} / {password}" for name, password in stack.issuer.users.items())
+        print(
+            f"  sign-in:    local OIDC issuer {stack.issuer.url} (users: {users}); "
+            f"rotate its key: curl -X POST {stack.issuer.url}/rotate",
+            flush=True,
+        )
     print(
         f"  try:        curl -N {stack.url}/v1/chat/completions -H 'content-type: application/json' "
         """-d '{"messages":[{"role":"user","content":"Hello"}],"stream":true}'""",

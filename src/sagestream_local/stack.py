@@ -10,6 +10,11 @@ Which upstream the runtime processes call:
   :class:`~sagestream_local.endpoint.SimulatedEndpoint`, with stand-in
   credentials and region so that no AWS configuration is needed.
 
+With ``AUTH_MODE=jwt`` and no ``JWT_ISSUER``, the stack also runs a
+:class:`~sagestream_local.oidc.LocalIssuer` on loopback, and points ``JWT_ISSUER``, ``JWT_AUDIENCE``,
+``JWT_REQUIRED_SCOPES`` and ``JWT_PAGE_CLIENT_ID`` at it (each only where unset); the chat page's URL is its
+registered redirect URI.
+
 Example::
 
     >>> with LocalStack(port=0, env={"UPSTREAM_FORMAT": "tgi"}) as stack:  # doctest: +SKIP
@@ -26,6 +31,7 @@ from typing import IO, Any
 from sagestream_local.cors import Cors
 from sagestream_local.endpoint import Scenario, SimulatedEndpoint
 from sagestream_local.function_url import IDLE_TIMEOUT_S, FunctionURL
+from sagestream_local.oidc import LocalIssuer
 from sagestream_local.runtime_api import Pool
 
 SIM_ENDPOINT_NAME = "sagestream-sim"
@@ -63,6 +69,12 @@ class LocalStack:
         self.env: dict[str, str] = {"SERVE_UI": "true", **dict(env or {})}
         if merged.get("API_KEYS") and not merged.get("AUTH_MODE"):
             self.env["AUTH_MODE"] = "api_key"  # `make run API_KEYS=k1,k2`: local keys mean the keys are checked
+        self.issuer: LocalIssuer | None = None
+        if (merged.get("AUTH_MODE") or "").lower() == "jwt" and not merged.get("JWT_ISSUER"):
+            self.issuer = LocalIssuer()
+            self.env.setdefault("JWT_AUDIENCE", self.issuer.audience)
+            self.env.setdefault("JWT_REQUIRED_SCOPES", self.issuer.scope)
+            self.env.setdefault("JWT_PAGE_CLIENT_ID", self.issuer.client_id)
         self.endpoint: SimulatedEndpoint | None = None
         upstream = (upstream or merged.get("UPSTREAM") or "").lower()
         if upstream != "simulated" and merged.get("AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME"):
@@ -91,6 +103,10 @@ class LocalStack:
         return self.front.url
 
     def start(self) -> LocalStack:
+        if self.issuer is not None:  # before the runtime processes: their init fetches its keys
+            self.issuer.start()
+            self.env["JWT_ISSUER"] = self.issuer.url
+            self.env["NO_PROXY"] = ",".join(filter(None, [os.environ.get("NO_PROXY"), "127.0.0.1", "localhost"]))
         if self.endpoint is not None:
             self.endpoint.start()
             self.env["AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME"] = self.endpoint.url
@@ -108,6 +124,8 @@ class LocalStack:
         except OSError:
             self.stop()
             raise
+        if self.issuer is not None:
+            self.issuer.allow_redirect(self.front.url + "/")
         self.pool = self.front.pool.start()
         self.front.start()
         return self
@@ -119,6 +137,8 @@ class LocalStack:
             self.pool.stop()
         if self.endpoint is not None:
             self.endpoint.stop()
+        if self.issuer is not None:
+            self.issuer.stop()
 
     def __enter__(self) -> LocalStack:
         return self.start()

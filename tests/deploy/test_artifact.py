@@ -182,6 +182,23 @@ def test_the_artifact_imports_on_python313_with_nothing_else_on_the_path(native_
     assert all(path.startswith(str(native_artifact)) for path in out.stdout.split()), out.stdout
 
 
+def test_the_jwt_check_imports_from_the_artifact_with_its_compiled_cryptography(native_artifact: Path) -> None:
+    """AUTH_MODE=jwt's imports (PyJWT, and cryptography's Rust core for the signatures) come with the artifact."""
+    assert PYTHON313 is not None
+    code = (
+        "import sagestream.identity, jwt, cryptography.hazmat.bindings._rust as core; "
+        "print(sagestream.identity.__file__, jwt.__file__, core.__file__)"
+    )
+    out = subprocess.run(
+        [PYTHON313, "-S", "-c", code],
+        env={"PYTHONPATH": str(native_artifact), "PATH": os.environ.get("PATH", "")},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert all(path.startswith(str(native_artifact)) for path in out.stdout.split()), out.stdout
+
+
 def test_a_chat_request_streams_through_the_built_artifact(artifact_function: str) -> None:
     response = request(
         artifact_function,

@@ -1,5 +1,5 @@
 // A streamed tool call through the openai npm package, as a Node user writes it.
-// Reads SAGESTREAM_BASE_URL and SAGESTREAM_MODEL; prints what the client saw as one JSON line.
+// Reads SAGESTREAM_BASE_URL, SAGESTREAM_MODEL and SAGESTREAM_API_KEY (optional); prints what the client saw as one JSON line.
 import OpenAI from "openai";
 
 // Tests send to loopback only: without this, a missing variable would make the SDK call its default host.
@@ -8,7 +8,7 @@ if (!baseURL || !baseURL.startsWith("http://127.0.0.1:")) throw new Error(`not a
 
 const client = new OpenAI({
   baseURL,
-  apiKey: "unused",
+  apiKey: process.env.SAGESTREAM_API_KEY || "unused", // a bearer token where the stack checks one
   maxRetries: 0,
 });
 

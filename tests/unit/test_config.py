@@ -163,3 +163,45 @@ def test_prefix_aware_routing_is_off_unless_set_and_each_model_may_differ_from_t
         Config.from_env({**BASE, "PREFIX_AWARE_ROUTING": "sometimes"})
     with pytest.raises(ConfigError, match="prefix_aware_routing"):
         Config.from_env({"MODELS": '{"a": {"endpoint": "e-a", "prefix_aware_routing": "yes"}}'})
+
+
+# --- AUTH_MODE=jwt ---------------------------------------------------------------------------------------
+
+
+def test_jwt_mode_needs_an_issuer_and_an_audience_and_https() -> None:
+    with pytest.raises(ConfigError, match="JWT_ISSUER"):
+        Config.from_env({"SAGEMAKER_ENDPOINT_NAME": "e", "AUTH_MODE": "jwt", "JWT_AUDIENCE": "app"})
+    with pytest.raises(ConfigError, match="https"):
+        Config.from_env(
+            {"SAGEMAKER_ENDPOINT_NAME": "e", "AUTH_MODE": "jwt", "JWT_ISSUER": "http://id.example", "JWT_AUDIENCE": "a"}
+        )
+    cfg = Config.from_env(
+        {
+            "SAGEMAKER_ENDPOINT_NAME": "e",
+            "AUTH_MODE": "jwt",
+            "JWT_ISSUER": "http://127.0.0.1:9000",
+            "JWT_AUDIENCE": "api, app",
+            "JWT_REQUIRED_SCOPES": "sagestream/invoke read",
+        }
+    )
+    assert (cfg.jwt_audience, cfg.jwt_required_scopes) == (("api", "app"), ("sagestream/invoke", "read"))
+
+
+def test_the_templates_app_client_id_comes_from_its_parameter_as_audience_and_page_client() -> None:
+    asked: list[str] = []
+
+    def fetch(name: str) -> str:
+        asked.append(name)
+        return "3abcclientid\n"
+
+    cfg = Config.from_env(
+        {
+            "SAGEMAKER_ENDPOINT_NAME": "e",
+            "AUTH_MODE": "jwt",
+            "JWT_ISSUER": "https://cognito-idp.us-east-1.amazonaws.com/us-east-1_abc",
+            "JWT_CLIENT_ID_PARAMETER": "/stack/page-client-id",
+        },
+        fetch_parameter=fetch,
+    )
+    assert asked == ["/stack/page-client-id"]
+    assert (cfg.jwt_audience, cfg.jwt_page_client_id) == (("3abcclientid",), "3abcclientid")

@@ -65,6 +65,8 @@ NOT_AT_INIT = (
     "aws_lambda_powertools.utilities.data_classes",
     "aws_lambda_powertools.utilities.parameters",
     "aws_xray_sdk",
+    "jwt",  # AUTH_MODE=jwt only, with cryptography
+    "cryptography",
 )
 
 
