@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import doctest
 import http.client
 import importlib
@@ -9,6 +10,8 @@ import itertools
 import json
 import pkgutil
 import re
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from types import ModuleType
@@ -457,7 +460,7 @@ def test_binds_loopback_only() -> None:
 ENDPOINT_MODULES = [
     importlib.import_module(f"sagestream_local.endpoint.{m.name}")
     for m in pkgutil.iter_modules(sagestream_local.endpoint.__path__)
-    if m.name != "__main__"  # the CLI: its flags are checked by running it
+    if m.name != "__main__"  # the CLI serves until interrupted: its test below asks for its help
 ]
 
 
@@ -480,3 +483,16 @@ def test_the_package_names_every_public_name_of_its_modules() -> None:
         and not isinstance(value, ModuleType)
     }
     assert sorted(public - set(sagestream_local.endpoint.__all__)) == []
+
+
+def test_the_standalone_cli_offers_every_scenario_field_as_a_flag() -> None:
+    help_text = subprocess.run(
+        [sys.executable, "-m", "sagestream_local.endpoint", "--help"], capture_output=True, text=True, check=True
+    ).stdout
+    assert help_text.startswith("usage: python -m sagestream_local.endpoint")
+    # A field whose default is None (endpoint_names, context_length) has no type to parse a flag with.
+    defaults = Scenario()
+    flags = {
+        "--" + f.name.replace("_", "-") for f in dataclasses.fields(Scenario) if getattr(defaults, f.name) is not None
+    }
+    assert [flag for flag in sorted(flags) if flag not in help_text] == []
