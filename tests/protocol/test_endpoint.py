@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
+import doctest
 import http.client
+import importlib
 import itertools
 import json
+import pkgutil
 import re
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
+from types import ModuleType
 from typing import Any
 
 import boto3
@@ -17,6 +24,7 @@ from botocore.eventstream import ChecksumMismatch, EventStreamBuffer
 from botocore.exceptions import ClientError, EventStreamError
 from urllib3.exceptions import ProtocolError
 
+import sagestream_local.endpoint
 from sagestream_local.endpoint import Scenario, SimulatedEndpoint
 
 FAST = Scenario(ttft_ms=0, cadence_ms=0, tokens=24, non_ascii=0.4)
@@ -447,3 +455,44 @@ def test_control_api_updates_resets_and_reports(sim: SimulatedEndpoint) -> None:
 def test_binds_loopback_only() -> None:
     with pytest.raises(ValueError, match=r"127\.0\.0\.1"):
         SimulatedEndpoint(host="0.0.0.0")
+
+
+ENDPOINT_MODULES = [
+    importlib.import_module(f"sagestream_local.endpoint.{m.name}")
+    for m in pkgutil.iter_modules(sagestream_local.endpoint.__path__)
+    if m.name != "__main__"  # the CLI serves until interrupted: its test below asks for its help
+]
+
+
+@pytest.mark.parametrize("module", [sagestream_local.endpoint, *ENDPOINT_MODULES], ids=lambda m: m.__name__)
+def test_every_module_of_the_endpoint_shows_how_it_is_used(module: ModuleType) -> None:
+    # The package's and the server's examples open loopback sockets, which is why they run here.
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0
+    assert result.attempted > 0, f"{module.__name__} has no runnable example"
+
+
+def test_the_package_names_every_public_name_of_its_modules() -> None:
+    # `from sagestream_local.endpoint import X` is how the tests, the bench and the local stack import it.
+    public = {
+        name
+        for module in ENDPOINT_MODULES
+        for name, value in vars(module).items()
+        if not name.startswith("_")
+        and getattr(value, "__module__", module.__name__) == module.__name__
+        and not isinstance(value, ModuleType)
+    }
+    assert sorted(public - set(sagestream_local.endpoint.__all__)) == []
+
+
+def test_the_standalone_cli_offers_every_scenario_field_as_a_flag() -> None:
+    help_text = subprocess.run(
+        [sys.executable, "-m", "sagestream_local.endpoint", "--help"], capture_output=True, text=True, check=True
+    ).stdout
+    assert help_text.startswith("usage: python -m sagestream_local.endpoint")
+    # A field whose default is None (endpoint_names, context_length) has no type to parse a flag with.
+    defaults = Scenario()
+    flags = {
+        "--" + f.name.replace("_", "-") for f in dataclasses.fields(Scenario) if getattr(defaults, f.name) is not None
+    }
+    assert [flag for flag in sorted(flags) if flag not in help_text] == []
