@@ -195,7 +195,7 @@ class App:
         self.routes: dict[str, Route] = {route.path: route for route in routes}
 
     def __call__(self, event: dict[str, Any], stream: ResponseStream, context: LambdaContext) -> None:
-        arrived, arrived_cpu = time.monotonic(), time.process_time()  # before any work on the event
+        arrived, arrived_cpu = time.monotonic(), time.thread_time()  # before any work on the event
         request = Request.from_event(event)
         record = StreamRecord(
             started=arrived,
