@@ -32,7 +32,7 @@ help:
 	@echo "make invoke    one event through a runtime process (EVENT=$(EVENT))"
 	@echo "make invoke-sam  the same event through sam local invoke (needs Docker)"
 	@echo "make build     sam build: the Lambda artifact in .aws-sam/build, no Docker needed"
-	@echo "make deploy    sam build and sam deploy --config-env $(ENV) (ENV=dev|prod, see samconfig.toml)"
+	@echo "make deploy    sam build and sam deploy --config-env $(ENV) (ENV=dev|prod|managed, see samconfig.toml)"
 	@echo "make bench     side-by-side benchmark into bench/results (QUICK=1: under a minute)"
 	@echo "make measure   TTFT, bursts and cadence of a URL (URL=... RUNS=3 SIGV4=1 API_KEY=...)"
 	@echo "make verify    check a deployment: PASS/FAIL/UNKNOWN per behaviour (URL=... SIGV4=1 API_KEY=... ORIGIN=... LOG_GROUP=...)"
@@ -109,7 +109,7 @@ build: $(SAM_VENV)/.installed
 	$(SAM) build --build-in-source
 
 deploy: $(SAM_VENV)/.installed
-	@case "$(ENV)" in dev|prod) ;; *) echo "ENV must be dev or prod (samconfig.toml), not '$(ENV)'" >&2; exit 1;; esac
+	@case "$(ENV)" in dev|prod|managed) ;; *) echo "ENV must be dev, prod or managed (samconfig.toml), not '$(ENV)'" >&2; exit 1;; esac
 	$(SAM) build --build-in-source
 	$(SAM) deploy --config-env $(ENV)
 
