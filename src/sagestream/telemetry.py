@@ -51,7 +51,6 @@ Environment variables read: ``POWERTOOLS_SERVICE_NAME`` (default ``sagestream``)
 Example::
 
     >>> from sagestream.record import StreamRecord
-from sagestream.runtime import trace_id
     >>> record = StreamRecord(method="GET", path="/health", started=0.0)
     >>> fields = invocation_fields(record, Config(endpoint_name="my-llm"), ended=0.004, cold_start=False)
     >>> fields["status"], fields["duration_ms"], fields["ttft_ms"]
