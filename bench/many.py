@@ -10,8 +10,8 @@ endpoint. Measured, side by side in one run:
 - ``rss_mb`` (the process's peak RSS while the K streamed, ``VmHWM`` reset first) and
   ``rss_mb_per_stream``: that peak less the process's RSS when idle, per stream;
 - ``added_ms_p50`` / ``added_ms_p99``: per delta, from the simulated endpoint's send of the token to its
-  arrival at the client, through the local Function URL and Runtime API (all in this process, and so
-  sharing its GIL with K clients: an upper bound of what the runtime adds);
+  arrival at the client (K threads in a process of their own), through the local Function URL and Runtime
+  API (which share this process, and its GIL, with the endpoint: an upper bound of what the runtime adds);
 - ``relay_ms_p99``: the function's own figure from its log records (per delta, from the upstream read that
   completed it to its write), the largest of the K.
 
@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import multiprocessing
 import os
 import statistics
 import tempfile
@@ -65,6 +66,17 @@ def _stream(url: str, prompt: str, tokens: int, out: dict[str, list[int]]) -> No
     out[prompt] = arrivals
 
 
+def _clients(url: str, prompts: list[str], tokens: int) -> dict[str, list[int]]:
+    """One thread per prompt, in the calling process; run in a process of its own (spawned) by :func:`one_k`."""
+    arrivals: dict[str, list[int]] = {}
+    threads = [threading.Thread(target=_stream, args=(url, p, tokens, arrivals)) for p in prompts]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return arrivals
+
+
 def one_k(k: int, seconds: float) -> dict[str, Any]:
     tokens = int(seconds * 1000 / CADENCE_MS)
     log_file = tempfile.NamedTemporaryFile(prefix="sagestream-many-", suffix=".log", delete=False)  # noqa: SIM115
@@ -96,16 +108,12 @@ def one_k(k: int, seconds: float) -> dict[str, Any]:
         stack.endpoint.clear_records()
         idle_kb = status_kb("VmRSS", pid)
         reset_peak_rss(pid)
-        arrivals: dict[str, list[int]] = {}
-        cpu_before, began = _cpu_s(pid), time.monotonic()
-        threads = [
-            threading.Thread(target=_stream, args=(stack.url, f"stream {i}", tokens, arrivals)) for i in range(k)
-        ]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        wall, cpu = time.monotonic() - began, _cpu_s(pid) - cpu_before
+        prompts = [f"stream {i}" for i in range(k)]
+        with multiprocessing.get_context("spawn").Pool(1) as clients:
+            clients.apply(time.sleep, (0,))  # the client process is up before the clock starts
+            cpu_before, began = _cpu_s(pid), time.monotonic()
+            arrivals = clients.apply(_clients, (stack.url, prompts, tokens))
+            wall, cpu = time.monotonic() - began, _cpu_s(pid) - cpu_before
         peak_kb = status_kb("VmHWM", pid)
         time.sleep(0.5)  # each invocation writes its log record after its client has the last byte
         records = {prompt_of(r.request): r for r in stack.endpoint.records}
