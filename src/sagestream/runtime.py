@@ -91,6 +91,8 @@ _TRACE_ENV = "_X_AMZN_TRACE_ID"
 # The running invocation's Lambda-Runtime-Trace-Id. Each loop thread sets its own; under one invocation at a
 # time the environment variable carries the same value for the readers that know no other place.
 _trace_id: ContextVar[str | None] = ContextVar("sagestream_trace_id", default=None)
+# One line at a time on stderr: a text stream is not safe to write from several threads.
+_log_lock = threading.Lock()
 
 
 def trace_id() -> str | None:
@@ -116,8 +118,10 @@ def log(level: str, message: str, *, request_id: str | None = None, exc: BaseExc
     if exc is not None:
         line["errorType"] = type(exc).__name__
         line["stackTrace"] = traceback.format_exception(exc)
-    sys.stderr.write(json.dumps(line, default=str) + "\n")
-    sys.stderr.flush()
+    text = json.dumps(line, default=str) + "\n"
+    with _log_lock:
+        sys.stderr.write(text)
+        sys.stderr.flush()
 
 
 class ClientDisconnected(ConnectionError):
