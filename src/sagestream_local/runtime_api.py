@@ -367,7 +367,7 @@ class ExecutionEnvironment:
             self._changed.notify_all()
             if self._stopping:
                 return
-        invocations = list(self.in_flight.values())
+            invocations = list(self.in_flight.values())
         running = [inv for inv in invocations if inv.dispatched and inv.generation == dead and not inv.done]
         # What the process sent before it died may still sit unread in its response connections: let the
         # Runtime API threads relay it (and end those invocations themselves) before calling the crash a failure.
