@@ -5,8 +5,9 @@ local Runtime API and the simulated endpoint, all of which AWS runs on Lambda. W
 slows down at a small ``MemorySize``, is the runtime process alone. Each invocation's log record carries
 its part (see :mod:`sagestream.telemetry`):
 
-- ``cpu_ms``: process CPU (``time.process_time``) from the event's arrival to the end of the invocation;
-- ``ttft_cpu_ms``: process CPU from the event's arrival to the first delta written;
+- ``cpu_ms``: the invocation thread's CPU (``time.thread_time``; the process's, one invocation at a time) from
+  the event's arrival to the end of the invocation;
+- ``ttft_cpu_ms``: the same CPU from the event's arrival to the first delta written;
 - ``relay_ms_p50`` / ``relay_ms_p99``: per delta, wall time from the upstream read that completed its frame
   to the write that sent it on.
 

@@ -186,6 +186,23 @@ def markdown(doc: Mapping[str, Any]) -> str:
         f"{_cell(cold.get('first_request_ms'))} ms after it was sent (what init left for first use is in it), "
         f"a second request's {_cell(cold.get('warm_request_ms'))} ms.",
     ]
+    if doc.get("many_streams"):
+        out += [
+            "",
+            "## Many streams per runtime process (Lambda Managed Instances, bench/many.py)",
+            "",
+            "K streams at 40 tokens/s at once in one runtime process (`AWS_LAMBDA_MAX_CONCURRENCY=K`). CPU: the "
+            "process's, per stream-second; RSS per stream: peak while streaming less idle, over K; added: per "
+            "delta, endpoint send to client arrival through the local chain; relay p99: the function's own.",
+            "",
+            "| K | CPU ms per stream-second | streams per vCPU | RSS MB | RSS MB per stream | added p50 ms "
+            "| added p99 ms | relay p99 ms |",
+            "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        ]
+        for row in doc["many_streams"]:
+            cells = ["k", "cpu_ms_per_stream_s", "streams_per_vcpu", "rss_mb", "rss_mb_per_stream"]
+            cells += ["added_ms_p50", "added_ms_p99", "relay_ms_p99"]
+            out.append("| " + " | ".join(_cell(row.get(c)) for c in cells) + " |")
     own = {w: rows["sagestream"] for w, rows in doc["workloads"].items() if "sagestream" in rows}
     if own:
         out += [

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import encoders, function, report
+from bench import encoders, function, many, report
 from bench.peers import PEERS, reset_peak_rss, status_kb
 from sagestream_local import runtime_api
 from sagestream_local.endpoint import Scenario
@@ -231,13 +231,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer runs and tokens (under a minute)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     parser.add_argument("--peers", default=",".join(PEERS), help="comma-separated subset")
-    parser.add_argument("--workloads", default=None, help="comma-separated subset")
+    parser.add_argument("--workloads", default=None, help="comma-separated subset (many-streams: bench.many's K)")
     args = parser.parse_args(argv)
     began = time.monotonic()
     specs = workloads(args.quick)
     if args.workloads:
         specs = {k: v for k, v in specs.items() if k in args.workloads.split(",")}
     peers = [p for p in PEERS if p in args.peers.split(",")]
+    with_many_streams = args.workloads is None or "many-streams" in args.workloads.split(",")
     machine = {
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "cpu": _cpu_model(),
@@ -325,6 +326,8 @@ def main(argv: list[str] | None = None) -> int:
             stack.stop()
         log_file.close()
         Path(log_file.name).unlink(missing_ok=True)
+    # After the peers, each K on a runtime process of its own (bench.many): streams per vCPU, p99, RSS per stream.
+    many_streams = many.run([1, 16, 64], 3.0 if args.quick else 10.0) if with_many_streams else []
     notes = [
         "`buffered` is sagestream's own handler run against a stream that keeps every write and sends them as "
         "one at the end (bench/buffered.py), through the same local chain: the tutorial shape, same code.",
@@ -352,6 +355,7 @@ def main(argv: list[str] | None = None) -> int:
         if "tinyllama-like" in docs
         else {},
         "workloads": docs,
+        "many_streams": many_streams,
         "machine": machine,
         "cold": cold,
         "encoders": encoder_figures,

@@ -34,3 +34,13 @@ def local_function() -> Iterator[Callable[..., FunctionURL]]:
             return stack.enter_context(FunctionURL(pool, port=0))
 
         yield start
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """The relay, fault and telemetry suites run twice: one invocation per runtime process, and many."""
+    from tests.e2e.conftest import DEFAULT_MAX_CONCURRENCY, MANY_STREAM_SUITES, MANY_STREAMS
+
+    suite = metafunc.module.__name__.rpartition(".")[2]
+    if "max_concurrency" in metafunc.fixturenames and suite in MANY_STREAM_SUITES:
+        counts = sorted({DEFAULT_MAX_CONCURRENCY, MANY_STREAMS})
+        metafunc.parametrize("max_concurrency", counts, indirect=True, scope="module", ids=[f"K{k}" for k in counts])

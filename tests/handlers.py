@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from sagestream.function_url import event_body
-from sagestream.runtime import ClientDisconnected, LambdaContext, ResponseStream
+from sagestream.runtime import ClientDisconnected, LambdaContext, ResponseStream, trace_id
 
 raise_at_import = os.environ.get("TEST_HANDLER_IMPORT_ERROR")
 if raise_at_import:
@@ -41,6 +41,7 @@ def echo(event: dict[str, Any], stream: ResponseStream, context: LambdaContext) 
                     "remaining_ms": context.get_remaining_time_in_millis(),
                 },
                 "trace_id": os.environ.get("_X_AMZN_TRACE_ID"),
+                "runtime_trace_id": trace_id(),
                 "pid": os.getpid(),
             }
         )
@@ -102,3 +103,11 @@ def until_gone(event: dict[str, Any], stream: ResponseStream, context: LambdaCon
 def bad_header(event: dict[str, Any], stream: ResponseStream, context: LambdaContext) -> None:
     """Tries to inject a header through a value with CR LF."""
     stream.start(200, {"x-evil": "a\r\nSet-Cookie: pwned=1"})
+
+
+def chosen(event: dict[str, Any], stream: ResponseStream, context: LambdaContext) -> None:
+    """``{"handler": NAME, ...}``: the handler of this module called NAME, for runtimes taking several at once."""
+    name = str(_spec(event).get("handler"))
+    if name not in {"echo", "paced", "fails", "crashes"}:
+        raise ValueError(f"no handler {name!r} to choose")
+    globals()[name](event, stream, context)

@@ -234,7 +234,7 @@ class App:
         return [Route(path, ("POST",), partial(App._complete, api=api), keyed=True, api=api)]
 
     def __call__(self, event: dict[str, Any], stream: ResponseStream, context: LambdaContext) -> None:
-        arrived, arrived_cpu = time.monotonic(), time.process_time()  # before any work on the event
+        arrived, arrived_cpu = time.monotonic(), time.thread_time()  # before any work on the event
         request = Request.from_event(event)
         record = StreamRecord(
             started=arrived,

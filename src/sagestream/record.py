@@ -149,9 +149,9 @@ class StreamRecord:
     upstream_first_byte: float | None = None
     first_delta: float | None = None
     cadence: Cadence = field(default_factory=Cadence)  # bounded: a stream's length must not grow memory
-    # The function's own cost: process CPU (time.process_time) at the event's arrival and at the first
+    # The function's own cost: the invocation thread's CPU (time.thread_time) at the event's arrival and at the first
     # delta written, and per delta the time from the upstream read that completed it to its write.
-    started_cpu: float = field(default_factory=time.process_time)
+    started_cpu: float = field(default_factory=time.thread_time)
     first_delta_cpu: float | None = None
     relay: Histogram = field(default_factory=Histogram)
     output_deltas: int = 0
@@ -178,7 +178,7 @@ class StreamRecord:
             now = time.monotonic() if now is None else now
             if self.first_delta is None:
                 self.first_delta = now
-                self.first_delta_cpu = time.process_time()
+                self.first_delta_cpu = time.thread_time()
             self.cadence.add(now)
             if read_at is not None:
                 self.relay.add((now - read_at) * 1000)

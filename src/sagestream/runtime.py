@@ -28,7 +28,22 @@ Environment variables read: ``AWS_LAMBDA_RUNTIME_API`` (``host:port``, or a URL 
 ``_HANDLER`` (``module.function``,
 default ``sagestream.app.handler``), and for the context ``AWS_LAMBDA_FUNCTION_NAME``,
 ``AWS_LAMBDA_FUNCTION_VERSION``, ``AWS_LAMBDA_FUNCTION_MEMORY_SIZE``, ``AWS_LAMBDA_LOG_GROUP_NAME``,
-``AWS_LAMBDA_LOG_STREAM_NAME``. It sets ``_X_AMZN_TRACE_ID`` for each invocation.
+``AWS_LAMBDA_LOG_STREAM_NAME``, and ``AWS_LAMBDA_MAX_CONCURRENCY`` (see below). Each invocation's trace
+header is :func:`trace_id`; with one invocation at a time it is also ``_X_AMZN_TRACE_ID``, as Lambda sets it.
+
+Many invocations at once (Lambda Managed Instances): when ``AWS_LAMBDA_MAX_CONCURRENCY`` is above 1, that
+many threads each run the same sequential loop (:func:`run`: ``/next``, the handler, ``/response``), each
+with its own ``/next`` connection, as aws-lambda-rust-runtime's concurrent runner and aws-lambda-go do.
+Threads, not processes or a selector loop: a relayed stream spends almost all its life waiting on two
+sockets, so the GIL is rarely contended, the handler stays the blocking code it is, and one process (one
+init, one boto3 client, one 51 MB interpreter) carries them all; measured, 16-64 streams in one process
+cost about half the CPU per stream-second of one stream per process (README "Many streams per
+environment"). What is per invocation stays per invocation: the trace header is a context variable (the
+process-wide ``_X_AMZN_TRACE_ID`` is removed, so that nothing reads another invocation's), and the
+handler keeps its record, log keys and metrics per call. A handler that fails fails only its own
+invocation. ``SIGTERM`` stops the process once the invocations in flight have ended (Lambda's grace
+period bounds the wait; each invocation's own deadline ends it first). The runtime's own messages are
+one JSON object a line on stderr, as Lambda Managed Instances require of every log line.
 
 Example::
 
@@ -44,12 +59,16 @@ import importlib
 import json
 import os
 import select
+import signal
 import socket
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
@@ -68,6 +87,41 @@ _MIN_WRITE_TIMEOUT_S = 0.05
 # an event stream (every SSE parser skips it), a newline for anything else.
 _SSE_FILLER = b":\n\n"
 _FILLER = b"\n"
+_TRACE_ENV = "_X_AMZN_TRACE_ID"
+# The running invocation's Lambda-Runtime-Trace-Id. Each loop thread sets its own; under one invocation at a
+# time the environment variable carries the same value for the readers that know no other place.
+_trace_id: ContextVar[str | None] = ContextVar("sagestream_trace_id", default=None)
+# One line at a time on stderr: a text stream is not safe to write from several threads.
+_log_lock = threading.Lock()
+
+
+def trace_id() -> str | None:
+    """The X-Ray trace header of the invocation running in this thread (None outside one, or untraced)."""
+    return _trace_id.get()
+
+
+def log(level: str, message: str, *, request_id: str | None = None, exc: BaseException | None = None) -> None:
+    """One JSON line on stderr: the runtime's own messages, which no Powertools Logger formats.
+
+    Lambda Managed Instances take JSON log lines only, and concurrent invocations interleave: each line
+    names its invocation (``requestId``, the name Lambda's own JSON log lines use) and carries any
+    traceback inside it rather than as lines of its own.
+    """
+    line: dict[str, Any] = {
+        "timestamp": datetime.now(UTC).isoformat(timespec="milliseconds"),
+        "level": level,
+        "logger": "sagestream.runtime",
+        "message": message,
+    }
+    if request_id:
+        line["requestId"] = request_id
+    if exc is not None:
+        line["errorType"] = type(exc).__name__
+        line["stackTrace"] = traceback.format_exception(exc)
+    text = json.dumps(line, default=str) + "\n"
+    with _log_lock:
+        sys.stderr.write(text)
+        sys.stderr.flush()
 
 
 class ClientDisconnected(ConnectionError):
@@ -220,10 +274,10 @@ class RuntimeAPIClient:
         deadline_ms, relative = deadline_from_header(deadline_header, int(time.time() * 1000))
         if relative and not self._said_relative_deadline:
             self._said_relative_deadline = True
-            print(
-                f"sagestream.runtime: Lambda-Runtime-Deadline-Ms {deadline_header!r} is no epoch time; "
+            log(
+                "WARN",
+                f"Lambda-Runtime-Deadline-Ms {deadline_header!r} is no epoch time; "
                 "taken as milliseconds from now (an emulator's timeout). Said once.",
-                file=sys.stderr,
             )
         context = LambdaContext(
             aws_request_id=request_id,
@@ -371,10 +425,10 @@ class StreamingResponse:
         self.early_status = answer.status
         if not 200 <= answer.status < 300:
             self._gone = True
-            print(
-                f"sagestream.runtime: invocation {self._request_id}: the Runtime API answered {answer.status} "
-                f"before the response ended: {said[:500]!r}",
-                file=sys.stderr,
+            log(
+                "ERROR",
+                f"the Runtime API answered {answer.status} before the response ended: {said[:500]!r}",
+                request_id=self._request_id,
             )
             raise ResponseRefused(answer.status, said)
 
@@ -444,17 +498,23 @@ def load_handler(name: str) -> Handler:
     return handler  # type: ignore[no-any-return]
 
 
-def invoke(client: RuntimeAPIClient, handler: Handler, invocation: Invocation) -> None:
-    """Run one invocation to its end. Whatever the handler does, nothing is left for the next one."""
-    if invocation.trace_id:
-        os.environ["_X_AMZN_TRACE_ID"] = invocation.trace_id
-    else:
-        os.environ.pop("_X_AMZN_TRACE_ID", None)
+def invoke(client: RuntimeAPIClient, handler: Handler, invocation: Invocation, *, concurrent: bool = False) -> None:
+    """Run one invocation to its end. Whatever the handler does, nothing is left for the next one.
+
+    ``concurrent``: other invocations run in this process at the same time, so the process-wide
+    ``_X_AMZN_TRACE_ID`` is not set (it would name whichever invocation set it last); :func:`trace_id` is.
+    """
+    _trace_id.set(invocation.trace_id)
+    if not concurrent:
+        if invocation.trace_id:
+            os.environ[_TRACE_ENV] = invocation.trace_id
+        else:
+            os.environ.pop(_TRACE_ENV, None)
     stream = client.response_stream(invocation.request_id, invocation.context.deadline_ms)
     try:
         handler(invocation.event, stream, invocation.context)
     except Exception as exc:
-        traceback.print_exception(exc, file=sys.stderr)
+        log("ERROR", "the handler failed", request_id=invocation.request_id, exc=exc)
         if stream.started:
             stream.fail(exc)
         else:
@@ -465,28 +525,111 @@ def invoke(client: RuntimeAPIClient, handler: Handler, invocation: Invocation) -
     stream.close()
 
 
-def run(client: RuntimeAPIClient, handler: Handler) -> None:
+class InFlight:
+    """How many invocations are running, so that a shutdown can wait for them to end."""
+
+    def __init__(self) -> None:
+        self._count = 0
+        self._changed = threading.Condition()
+
+    def __enter__(self) -> None:
+        with self._changed:
+            self._count += 1
+
+    def __exit__(self, *exc: object) -> None:
+        with self._changed:
+            self._count -= 1
+            self._changed.notify_all()
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        with self._changed:
+            return self._changed.wait_for(lambda: self._count == 0, timeout)
+
+
+def run(client: RuntimeAPIClient, handler: Handler, in_flight: InFlight | None = None) -> None:
+    """The loop: ``/next``, the handler, ``/response``, for ever. Each thread of a concurrent runtime runs one.
+
+    Returns never; a failing ``/next`` (the Runtime API gone) raises out of it.
+    """
+    concurrent = in_flight is not None
     while True:
         invocation = client.next_invocation()
+        with in_flight or contextlib.nullcontext():
+            try:
+                invoke(client, handler, invocation, concurrent=concurrent)
+            except (OSError, http.client.HTTPException) as exc:
+                # The Runtime API itself failed us mid-invocation; carry on with the next one.
+                log("ERROR", f"the Runtime API failed the invocation: {exc!r}", request_id=invocation.request_id)
+
+
+def max_concurrency(value: str | None) -> int:
+    """``AWS_LAMBDA_MAX_CONCURRENCY``: how many invocations the environment runs at once (unset: one).
+
+    >>> max_concurrency(None), max_concurrency("1"), max_concurrency("64")
+    (1, 1, 64)
+    """
+    try:
+        count = int(value or 1)
+    except ValueError:
+        raise ValueError(f"AWS_LAMBDA_MAX_CONCURRENCY {value!r} is not a whole number") from None
+    if count < 1:
+        raise ValueError(f"AWS_LAMBDA_MAX_CONCURRENCY {value!r} is below 1")
+    return count
+
+
+def run_concurrently(address: str, handler: Handler, count: int) -> int:
+    """``count`` threads each running :func:`run` on its own Runtime API connection, until ``SIGTERM``.
+
+    The main thread only waits: a signal handler that did work (took a lock) could deadlock against the
+    code it interrupted, so the handler does nothing and the interpreter's wake-up pipe carries the signal
+    here. A ``/next`` that fails means the Runtime API is gone: the process exits (non-zero) at once, as
+    the sequential runtime does; ``SIGTERM`` waits for the invocations in flight to end, then exits 0.
+    """
+    in_flight = InFlight()
+    wake_read, wake_write = os.pipe()
+    os.set_blocking(wake_write, False)
+    signal.set_wakeup_fd(wake_write, warn_on_full_buffer=False)
+    signal.signal(signal.SIGTERM, _wake_only)
+    failures: list[BaseException] = []
+
+    def serve() -> None:
         try:
-            invoke(client, handler, invocation)
-        except (OSError, http.client.HTTPException) as exc:
-            # The Runtime API itself failed us mid-invocation; carry on with the next one.
-            print(f"sagestream.runtime: invocation {invocation.request_id}: {exc!r}", file=sys.stderr)
+            run(RuntimeAPIClient(address), handler, in_flight)
+        except BaseException as exc:
+            failures.append(exc)
+            os.write(wake_write, b"!")
+
+    for number in range(count):
+        threading.Thread(target=serve, name=f"invocation-loop-{number}", daemon=True).start()
+    os.read(wake_read, 1)  # a signal, or a loop that ended
+    if failures:
+        log("ERROR", "the Runtime API's /next failed; the runtime exits", exc=failures[0])
+        return 1
+    in_flight.wait_idle()  # Lambda's grace period bounds this; each invocation's deadline ends it first
+    return 0
+
+
+def _wake_only(signum: int, frame: Any) -> None:
+    """Does nothing: the wake-up pipe carries the signal to the main thread."""
 
 
 def main() -> int:
-    client = RuntimeAPIClient(os.environ["AWS_LAMBDA_RUNTIME_API"])
+    address = os.environ["AWS_LAMBDA_RUNTIME_API"]
+    client = RuntimeAPIClient(address)
     name = os.environ.get("_HANDLER") or DEFAULT_HANDLER
     try:
+        count = max_concurrency(os.environ.get("AWS_LAMBDA_MAX_CONCURRENCY"))
         handler = load_handler(name)
     except Exception as exc:
         kind = "Runtime.ImportModuleError" if isinstance(exc, ImportError) else "Runtime.HandlerInitError"
         if isinstance(exc, AttributeError):
             kind = "Runtime.HandlerNotFound"
-        traceback.print_exception(exc, file=sys.stderr)
+        log("ERROR", f"init failed: {kind}", exc=exc)
         client.post_init_error(exc, kind)
         return 1
+    if count > 1:
+        os.environ.pop(_TRACE_ENV, None)  # see invoke: no invocation's trace header is the process's
+        return run_concurrently(address, handler, count)
     run(client, handler)
     return 0
 

@@ -20,8 +20,9 @@ invocation), ``method``, ``path``, ``status``, ``model``, ``endpoint``, ``dialec
 ``cold_start`` and, with ``AUTH_MODE=iam``, ``caller`` (the signing IAM principal; with ``AUTH_MODE=jwt`` the
 token's ``sub``, and ``caller_client_id`` and ``caller_username`` where the token has them; never the token).
 Prompts and completions appear (``prompt``, ``completion``) only with ``LOG_PAYLOADS=true``. The function's
-own cost, the part Lambda bills and a smaller ``MemorySize`` slows down: ``cpu_ms`` (process CPU from the
-event's arrival to the record), ``ttft_cpu_ms`` (process CPU from the event's arrival to the first delta written), and
+own cost, the part Lambda bills and a smaller ``MemorySize`` slows down: ``cpu_ms`` (CPU of the invocation's
+thread from the event's arrival to the record; the process's, with one invocation at a time), ``ttft_cpu_ms``
+(the same, to the first delta written), and
 ``relay_ms_p50`` / ``relay_ms_p99`` (per delta, from the upstream read that completed it to its write).
 
 The metrics (namespace ``POWERTOOLS_METRICS_NAMESPACE``, default ``sagestream``), one EMF record per
@@ -69,12 +70,14 @@ import json
 import logging
 import os
 import sys
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any
 
 from aws_lambda_powertools import Logger
+from aws_lambda_powertools.logging.formatter import LambdaPowertoolsFormatter
 from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
 from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
 from aws_lambda_powertools.metrics.functions import is_metrics_disabled
@@ -83,6 +86,7 @@ from aws_lambda_powertools.metrics.provider import cold_start
 from sagestream.config import Config
 from sagestream.errors import DEADLINE_EXCEEDED
 from sagestream.record import StreamRecord
+from sagestream.runtime import trace_id
 
 __all__ = ["DEFAULT_SERVICE", "Labels", "Telemetry", "invocation_fields", "invocation_metrics", "prompt_of"]
 
@@ -115,7 +119,7 @@ def invocation_fields(
     record: StreamRecord, config: Config, *, ended: float, cold_start: bool, cpu_ended: float | None = None
 ) -> dict[str, Any]:
     """The fields of the invocation's log record (``"message": "invocation"``); ``cpu_ended`` is the
-    process CPU time (:func:`time.process_time`) when the invocation ended."""
+    invocation's thread CPU time (:func:`time.thread_time`) when it ended."""
     cadence, relay = record.cadence, record.relay
     fields: dict[str, Any] = {
         "method": record.method,
@@ -235,6 +239,21 @@ def prompt_of(body: bytes) -> Any:
 # --- the writer ------------------------------------------------------------------------------------------
 
 
+class InvocationFormatter(LambdaPowertoolsFormatter):
+    """Powertools' JSON formatter, with ``xray_trace_id`` from the invocation that logs the record.
+
+    Powertools reads the trace id from ``_X_AMZN_TRACE_ID``, one value for the whole process; with several
+    invocations at once (``AWS_LAMBDA_MAX_CONCURRENCY`` above 1) the runtime leaves that variable unset and
+    keeps each invocation's header in a context variable (:func:`sagestream.runtime.trace_id`), read here.
+    """
+
+    def _get_latest_trace_id(self) -> str | None:
+        if self.log_format.get("xray_trace_id", "") is None:  # Logger(xray_trace_id=None) turned the key off
+            return None
+        header = trace_id() or os.environ.get("_X_AMZN_TRACE_ID")
+        return header.split(";")[0].replace("Root=", "") if header else None
+
+
 class Telemetry:
     """The Powertools objects of one execution environment, and the writing of each invocation's record."""
 
@@ -248,7 +267,10 @@ class Telemetry:
             {"endpoint": config.endpoint_name, "dialect": config.dialect, "model": config.model_id},
         )
         self._out = out
-        self.logger = Logger(service=service, stream=out)
+        # Serialises the EMF lines of concurrent invocations (a text stream is not safe across threads), and
+        # the cold-start flag, which only the environment's first invocation may take.
+        self._lock = threading.Lock()
+        self.logger = Logger(service=service, stream=out, logger_formatter=InvocationFormatter())
         if service != DEFAULT_SERVICE:
             # sagestream's modules log to `sagestream.*`: give them the same JSON handler and level.
             logging.getLogger("sagestream")
@@ -262,9 +284,16 @@ class Telemetry:
 
     @contextlib.contextmanager
     def bind(self, request_id: str, url_request_id: str | None) -> Iterator[None]:
-        """Every record logged inside carries the Lambda and Function URL request ids; gone on exit."""
-        with self.logger.append_context_keys(function_request_id=request_id, url_request_id=url_request_id):
+        """Every record logged inside carries the Lambda and Function URL request ids; gone on exit.
+
+        Powertools' thread-safe keys (a context variable): with several invocations at once, each thread's
+        records carry its own invocation's ids, and never another's.
+        """
+        self.logger.thread_safe_append_keys(function_request_id=request_id, url_request_id=url_request_id)
+        try:
             yield
+        finally:
+            self.logger.thread_safe_remove_keys(["function_request_id", "url_request_id"])
 
     @contextlib.contextmanager
     def upstream(self, record: StreamRecord) -> Iterator[None]:
@@ -289,8 +318,9 @@ class Telemetry:
 
     def finish(self, record: StreamRecord, *, request_id: str, function_name: str) -> None:
         """Write the invocation's log record and its metrics. Call once, after the stream was closed."""
-        ended, cpu_ended = time.monotonic(), time.process_time()
-        first, cold_start.is_cold_start = cold_start.is_cold_start, False
+        ended, cpu_ended = time.monotonic(), time.thread_time()
+        with self._lock:
+            first, cold_start.is_cold_start = cold_start.is_cold_start, False
         try:
             fields = invocation_fields(record, self.config, ended=ended, cold_start=first, cpu_ended=cpu_ended)
             log = self.logger.warning if record.status >= 500 else self.logger.info
@@ -310,5 +340,7 @@ class Telemetry:
     def _write(self, blob: Mapping[str, Any]) -> None:
         # One line each, flushed at once: Powertools' print() would sit in a block-buffered stdout.
         out = self._out or sys.stdout
-        out.write(json.dumps(blob, separators=(",", ":")) + "\n")
-        out.flush()
+        line = json.dumps(blob, separators=(",", ":")) + "\n"
+        with self._lock:
+            out.write(line)
+            out.flush()

@@ -14,8 +14,8 @@ No other thread is involved.
 codes, the parsers' own exceptions (:mod:`sagestream.lines`, :mod:`sagestream.dialects`) and the deadline
 each map, by table, to an :class:`~sagestream.errors.APIError` in OpenAI's shape.
 
-Environment variables read: none directly (see :mod:`sagestream.config`); botocore reads the usual AWS ones,
-``AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME`` included.
+Environment variables read: ``AWS_LAMBDA_MAX_CONCURRENCY`` (the connection pool's size), the rest through
+:mod:`sagestream.config`; botocore reads the usual AWS ones, ``AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME`` included.
 
 Example::
 
@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import re
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -304,6 +305,9 @@ def make_client(config: Config) -> Any:
             user_agent=f"{session.user_agent()} sagestream/{__version__}",
             # The arguments come from _call_args and a validated Config: checking them on each call finds nothing.
             parameter_validation=False,
+            # One kept connection per concurrent invocation (Lambda Managed Instances run several): beyond the
+            # pool, urllib3 opens a connection per call and drops it after, a new TLS handshake per stream.
+            max_pool_connections=max(10, int(os.environ.get("AWS_LAMBDA_MAX_CONCURRENCY") or 1)),
         ),
     )
 

@@ -23,6 +23,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sagestream_local", description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=3000, help="Function URL port on 127.0.0.1 (default 3000)")
     parser.add_argument("--concurrency", type=int, default=4, help="runtime processes (default 4)")
+    parser.add_argument(
+        "--max-concurrency",
+        type=int,
+        default=1,
+        help="invocations each runtime process takes at once, as Lambda Managed Instances do (default 1)",
+    )
     parser.add_argument("--timeout", type=float, default=300.0, help="function timeout in seconds (default 300)")
     parser.add_argument("--verbose", action="store_true", help="log each HTTP request")
     parser.add_argument(
@@ -45,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     stack = LocalStack(
         port=args.port,
         concurrency=args.concurrency,
+        max_concurrency=args.max_concurrency,
         timeout_s=args.timeout,
         verbose=args.verbose,
         idle_timeout_s=args.idle_timeout,

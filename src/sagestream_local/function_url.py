@@ -378,6 +378,9 @@ def _client_state(sock: socket.socket) -> str:
 class _FrontServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    # socketserver's default backlog is 5: a burst of clients (64 streams for one environment, K at once)
+    # would overflow it and see resets; a Function URL takes them all.
+    request_queue_size = 256
     front: FunctionURL
 
 

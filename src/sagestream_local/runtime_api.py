@@ -1,11 +1,15 @@
 """A local Lambda Runtime API that runs real ``python -m sagestream.runtime`` processes and relays their streams.
 
-Each :class:`ExecutionEnvironment` is what Lambda gives one concurrent invocation: one runtime process
-with a Runtime API of its own. It takes one invocation at a time; a :class:`Pool` of them is the
-function's concurrency (the Function URL front answers 429 beyond it). A process that crashes, or passes
-the function timeout, is ended and replaced, and its invocation fails as Lambda fails it. A process that
-dies while idle is replaced too, before its environment takes another invocation: each ``/next`` belongs
-to one process (its *generation*), and one from a process that has died is never given an event.
+Each :class:`ExecutionEnvironment` is one runtime process with a Runtime API of its own. As classic
+Lambda's, it takes one invocation at a time; with ``max_concurrency`` K above 1, as Lambda Managed
+Instances', it takes up to K at once: the process is started with ``AWS_LAMBDA_MAX_CONCURRENCY=K``, its
+Runtime API holds up to K ``/next`` long-polls, and a timeout is not enforced by ending the process (that
+would end the others; Lambda Managed Instances leave the deadline to the function). A :class:`Pool` of
+environments is the function's concurrency, ``size`` times K (the Function URL front answers 429 beyond
+it). A process that crashes, or passes the function timeout, is ended and replaced, and its invocations
+fail as Lambda fails them. A process that dies while idle is replaced too, before its environment takes
+another invocation: each ``/next`` belongs to one process (its *generation*), and one from a process that
+has died is never given an event.
 
 A response streams straight through: the Runtime API thread that reads a chunk from the runtime's
 ``/response`` body hands it to the invocation's :class:`Sink` in the same thread, which writes it to
@@ -35,6 +39,7 @@ import sys
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -91,7 +96,7 @@ class Invocation:
         self.response_headers: dict[str, str] = {}
         self.environment: ExecutionEnvironment | None = None
         self.generation = -1  # which of its environment's processes took it
-        # Called once the invocation has ended, before its client hears: the pool frees the environment.
+        # Called once the invocation has ended, before its client hears: the pool frees its place.
         self.on_finish: Callable[[Invocation], None] | None = None
 
     @property
@@ -199,8 +204,8 @@ class _RuntimeAPIHandler(NoDelayHandler):
             self._answer(202, b'{"status":"OK"}')
             return
         parts = self.path.removeprefix(f"{API}/invocation/").split("/")
-        inv = env.current
-        if len(parts) != 2 or inv is None or parts[0] != inv.request_id or inv.done:
+        inv = env.in_flight.get(parts[0]) if len(parts) == 2 else None
+        if inv is None or inv.done:
             self._read_body()
             self._answer(400, b'{"errorMessage":"unknown or finished request id"}')
             return
@@ -313,13 +318,14 @@ class ExecutionEnvironment:
         self.server = _RuntimeAPIServer(("127.0.0.1", 0), _RuntimeAPIHandler)
         self.server.environment = self
         self.address = f"127.0.0.1:{self.server.server_address[1]}"
-        self.current: Invocation | None = None
+        # Its invocations, submitted and not yet ended (waiting for a /next, or running), by request id.
+        self.in_flight: dict[str, Invocation] = {}
         self.process: subprocess.Popen[bytes] | None = None
         # Counts the processes this environment has run; a /next carries the count of the one it came from.
         self.generation = 0
         self._reached_next = False  # whether the current process has asked for an invocation yet
         self._failed_inits = 0
-        self._waiting: Invocation | None = None  # submitted, not yet taken by a /next
+        self._waiting: deque[Invocation] = deque()  # submitted, not yet taken by a /next
         self.init_errors = 0
         self.last_init_error: dict[str, Any] | None = None
         # What the last invocation left, for tests and for `make invoke` to report.
@@ -329,6 +335,11 @@ class ExecutionEnvironment:
         self._stopping = False
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
+
+    @property
+    def current(self) -> Invocation | None:
+        """The invocation submitted last of those not yet ended (with one at a time: the one)."""
+        return next(reversed(self.in_flight.values()), None)
 
     def start(self) -> ExecutionEnvironment:
         threading.Thread(target=self.server.serve_forever, name=f"runtime-api-{self.number}", daemon=True).start()
@@ -356,17 +367,22 @@ class ExecutionEnvironment:
             self._changed.notify_all()
             if self._stopping:
                 return
-        inv = self.current
-        if inv is not None and inv.dispatched and inv.generation == dead and not inv.done:
-            # What the process sent before it died may still sit unread in the response connection: let the
-            # Runtime API thread relay it (and end the invocation itself) before calling the crash a failure.
-            inv.wait(_CRASH_GRACE_S)
+            invocations = list(self.in_flight.values())
+        running = [inv for inv in invocations if inv.dispatched and inv.generation == dead and not inv.done]
+        # What the process sent before it died may still sit unread in its response connections: let the
+        # Runtime API threads relay it (and end those invocations themselves) before calling the crash a failure.
+        grace_ends = time.monotonic() + _CRASH_GRACE_S
+        for inv in running:
+            inv.wait(max(0.0, grace_ends - time.monotonic()))
             if not inv.done:
                 inv.finish(self.exit_error(inv, code))
-        elif inv is not None and not inv.dispatched and not inv.done and not reached_next:
-            # It died in its init with an invocation waiting for it: Lambda fails that one with the init's error.
-            # (One that died idle, after asking for work, costs nobody anything: the next process takes it.)
-            inv.finish(self.exit_error(inv, code))
+        if not reached_next:
+            # It died in its init with invocations waiting for it: Lambda fails those with the init's error.
+            # (Ones waiting for a process that died idle, after asking for work, cost nobody anything: the
+            # next process takes them.)
+            for inv in invocations:
+                if not inv.dispatched and not inv.done:
+                    inv.finish(self.exit_error(inv, code))
         if reached_next:
             self._failed_inits = 0
         else:
@@ -403,27 +419,30 @@ class ExecutionEnvironment:
             generation = self.generation
             self._reached_next = True
             while not self._stopping and generation == self.generation:
-                inv = self._waiting
-                if inv is not None and inv.done:  # failed while it waited here
-                    self._waiting = inv = None
-                if inv is None:
+                while self._waiting and self._waiting[0].done:  # failed while it waited here
+                    self._waiting.popleft()
+                if not self._waiting:
                     self._changed.wait(0.5)
                     continue
                 if _peer_closed(connection):
                     # Its process died after asking (the exit watcher may not know yet): leave the event
                     # for the process that replaces it.
                     return None
-                self._waiting = None
+                inv = self._waiting.popleft()
                 self.init_errors, self.last_init_error = 0, None
-                self.current = inv
                 inv.deadline, inv.dispatched, inv.generation = time.time() + inv.timeout_s, True, generation
                 return inv
         return None
 
     def submit(self, inv: Invocation) -> None:
         with self._changed:
-            self._waiting = inv
+            self.in_flight[inv.request_id] = inv
+            self._waiting.append(inv)
             self._changed.notify_all()
+
+    def release(self, inv: Invocation) -> None:
+        with self._changed:
+            self.in_flight.pop(inv.request_id, None)
 
     def kill(self) -> None:
         with self._lock:
@@ -454,7 +473,7 @@ def _peer_closed(sock: socket.socket) -> bool:
 
 
 class Pool:
-    """The function's concurrency: ``size`` execution environments, one invocation each at a time."""
+    """The function's concurrency: ``size`` execution environments, ``max_concurrency`` invocations each at a time."""
 
     def __init__(
         self,
@@ -465,8 +484,12 @@ class Pool:
         function_name: str = "sagestream-local",
         region: str = "us-east-1",
         stdout: int | IO[Any] | None = None,
+        max_concurrency: int = 1,
     ) -> None:
+        if max_concurrency < 1:
+            raise ValueError(f"max_concurrency must be at least 1, not {max_concurrency}")
         self.size = size
+        self.max_concurrency = max_concurrency
         self.stdout = stdout  # where the runtime processes' stdout goes (their logs, EMF); None: inherited
         self.timeout_s = timeout_s
         self.function_name = function_name
@@ -480,6 +503,8 @@ class Pool:
             "AWS_REGION": region,
             "AWS_DEFAULT_REGION": region,
             "PYTHONUNBUFFERED": "1",
+            # Lambda Managed Instances set it for every runtime; classic Lambda never does.
+            **({"AWS_LAMBDA_MAX_CONCURRENCY": str(max_concurrency)} if max_concurrency > 1 else {}),
             **(env or {}),
         }
         self.environments: list[ExecutionEnvironment] = []
@@ -491,7 +516,8 @@ class Pool:
         for _ in range(self.size):
             environment = ExecutionEnvironment(self, next(self._numbers)).start()
             self.environments.append(environment)
-            self._idle.put(environment)
+            for _ in range(self.max_concurrency):  # one place per invocation it may run at once
+                self._idle.put(environment)
         return self
 
     def submit(self, event: Mapping[str, Any], sink: Sink, wait_s: float | None = None) -> Invocation:
@@ -505,7 +531,6 @@ class Pool:
         inv.environment = environment
         inv.on_finish = self._release
         self.invocations += 1
-        environment.current = inv
         environment.submit(inv)
         threading.Thread(target=self._supervise, args=(environment, inv), daemon=True).start()
         return inv
@@ -515,8 +540,7 @@ class Pool:
         # the last byte finds the environment free (a process still busy with it takes the next in turn).
         environment = inv.environment
         assert environment is not None
-        if environment.current is inv:
-            environment.current = None
+        environment.release(inv)
         self._idle.put(environment)
 
     def _supervise(self, environment: ExecutionEnvironment, inv: Invocation) -> None:
@@ -525,6 +549,8 @@ class Pool:
         while not inv.wait(0.05):
             now = time.time()
             if inv.dispatched and now >= inv.deadline:
+                if self.max_concurrency > 1:
+                    return  # Lambda Managed Instances leave the timeout to the function: its deadline ends it
                 environment.kill()  # the watcher fails the invocation as timed out and starts a new process
                 if not inv.wait(10):
                     inv.finish(FunctionError("Sandbox.Timedout", {"errorMessage": "Task timed out"}, inv.started))

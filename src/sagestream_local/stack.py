@@ -54,6 +54,7 @@ class LocalStack:
         *,
         port: int = 3000,
         concurrency: int = 4,
+        max_concurrency: int = 1,
         timeout_s: float = 300.0,
         env: Mapping[str, str] | None = None,
         scenario: Scenario | None = None,
@@ -90,7 +91,14 @@ class LocalStack:
                 self.env.setdefault(name, value)
             self.upstream = "simulated"
         # `command` runs the runtime some other way: from a built artifact through its exec wrapper, say.
-        self._pool_args = {"size": concurrency, "timeout_s": timeout_s, "command": command, "stdout": stdout}
+        # `max_concurrency` above 1: each environment takes that many invocations at once (Lambda Managed Instances).
+        self._pool_args = {
+            "size": concurrency,
+            "max_concurrency": max_concurrency,
+            "timeout_s": timeout_s,
+            "command": command,
+            "stdout": stdout,
+        }
         self.pool: Pool | None = None
         self._port = port
         self._verbose = verbose

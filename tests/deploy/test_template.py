@@ -217,6 +217,9 @@ template = yaml_parse(open("template.yaml").read())
 template["Resources"]["SageStreamFunction"]["Properties"]["CodeUri"] = "s3://bucket/artifact.zip"  # as packaged
 template["Transform"] = [t for t in template["Transform"] if t != "AWS::LanguageExtensions"]
 template["Resources"] = {k: v for k, v in template["Resources"].items() if not k.startswith("Fn::ForEach::")}
+# ManagedInstances off (the default), as AWS::LanguageExtensions resolves these two !If before SAM reads them.
+for name in ("AutoPublishAlias", "CapacityProviderConfig"):
+    assert template["Resources"]["SageStreamFunction"]["Properties"].pop(name)["Fn::If"][0] == "OnManagedInstances"
 
 
 class Policies:  # the managed policies SAM may attach, instead of asking IAM for the list
@@ -310,3 +313,122 @@ def test_the_listed_models_endpoints_become_one_exact_grant_each(sam: Path) -> N
 def _statements_of(transformed: dict[str, Any]) -> list[tuple[str | None, dict[str, Any]]]:
     template = load_template(ROOT / "template.yaml")
     return _statements(template["Resources"]["SageStreamFunction"]["Properties"])
+
+
+# --- Lambda Managed Instances (ManagedInstances=true) ----------------------------------------------------
+
+_NETWORK = {"SubnetIds": "subnet-0123456789abcdef0", "SecurityGroupIds": "sg-0123456789abcdef0"}
+
+
+def test_sam_validate_lint_is_clean_with_managed_instances_on(sam: Path, tmp_path: Path) -> None:
+    """``sam validate`` takes no parameters: the same template with the option's defaults turned on."""
+    text = (ROOT / "template.yaml").read_text()
+    defaults = {"ManagedInstances": '"true"', **{k: f'"{v}"' for k, v in _NETWORK.items()}, "VpcId": '"vpc-0abc"'}
+    for name, value in defaults.items():
+        text, count = re.subn(rf"(\n  {name}:\n    Type: \S+\n    Default: )\S+", rf"\g<1>{value}", text)
+        assert count == 1, name
+    on = tmp_path / "template.yaml"
+    on.write_text(text)
+    result = subprocess.run(
+        [str(sam), "validate", "--lint", "--region", "us-east-1", "--template-file", str(on)],
+        cwd=ROOT,
+        env=SAM_ENV,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+# Both transforms as CloudFormation runs them (AWS::LanguageExtensions as SAM CLI implements it, then SAM's),
+# with the stack's parameters: SAM takes CapacityProviderConfig and AutoPublishAlias under no condition, so
+# LanguageExtensions must have resolved their !If first.
+_BOTH_TRANSFORMS = """
+import json, sys
+from samcli.lib.cfn_language_extensions.api import process_template
+from samcli.lib.cfn_language_extensions.models import PseudoParameterValues
+from samtranslator.translator.transform import transform
+from samtranslator.yaml_helper import yaml_parse
+
+parameters = json.loads(sys.argv[1])
+template = yaml_parse(open("template.yaml").read())
+template["Resources"]["SageStreamFunction"]["Properties"]["CodeUri"] = "s3://bucket/artifact.zip"  # as packaged
+pseudo = PseudoParameterValues(region="us-east-1", account_id="123456789012", partition="aws")
+expanded = process_template(template, parameters, pseudo)
+expanded["Transform"] = "AWS::Serverless-2016-10-31"
+
+
+class Policies:
+    def load(self):
+        return {"AWSLambdaBasicExecutionRole": "arn:aws:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole"}
+
+
+print(json.dumps(transform(expanded, parameters, Policies())))
+"""
+
+
+def _deployed(sam: Path, **parameters: object) -> dict[str, Any]:
+    out = subprocess.run(
+        [str(sam.parent / "python"), "-c", _BOTH_TRANSFORMS, json.dumps({"EndpointName": "my-llm", **parameters})],
+        cwd=ROOT,
+        env={**SAM_ENV, "AWS_DEFAULT_REGION": "us-east-1"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    resources: dict[str, Any] = json.loads(out.stdout)["Resources"]
+    return resources
+
+
+def _of_type(resources: dict[str, Any], kind: str) -> list[dict[str, Any]]:
+    return [r for r in resources.values() if r["Type"] == kind]
+
+
+def test_managed_instances_run_the_live_alias_on_a_capacity_provider_with_json_logs(sam: Path) -> None:
+    resources = _deployed(
+        sam,
+        ManagedInstances="true",
+        SubnetIds=[_NETWORK["SubnetIds"]],
+        SecurityGroupIds=[_NETWORK["SecurityGroupIds"]],
+        VpcId="vpc-0abc",
+    )
+    function = resources["SageStreamFunction"]["Properties"]
+    assert function["CapacityProviderConfig"] == {
+        "LambdaManagedInstancesCapacityProviderConfig": {
+            "CapacityProviderArn": {"Fn::GetAtt": ["SageStreamCapacityProvider", "Arn"]},
+            "PerExecutionEnvironmentMaxConcurrency": 64,
+            "ExecutionEnvironmentMemoryGiBPerVCpu": 2,
+        }
+    }
+    assert function["LoggingConfig"]["LogFormat"] == "JSON", "Lambda Managed Instances take JSON logs only"
+    (alias,) = _of_type(resources, "AWS::Lambda::Alias")
+    assert alias["Properties"]["Name"] == "live"
+    (url,) = _of_type(resources, "AWS::Lambda::Url")
+    assert url["Properties"]["TargetFunctionArn"] == {"Ref": "SageStreamFunctionAliaslive"}, "the URL is the alias's"
+    assert url["Properties"]["InvokeMode"] == "RESPONSE_STREAM"
+    provider = resources["SageStreamCapacityProvider"]
+    assert provider["Properties"]["VpcConfig"] == {
+        "SubnetIds": [_NETWORK["SubnetIds"]],
+        "SecurityGroupIds": [_NETWORK["SecurityGroupIds"]],
+    }
+    assert provider["Properties"]["InstanceRequirements"] == {"Architectures": ["arm64"]}  # the artifact's
+    operator = resources["CapacityProviderOperatorRole"]["Properties"]
+    assert operator["ManagedPolicyArns"] == ["arn:aws:iam::aws:policy/AWSLambdaManagedEC2ResourceOperator"]
+    assert "Policies" not in operator, "the operator role has AWS's managed policy and nothing more"
+    (endpoint,) = _of_type(resources, "AWS::EC2::VPCEndpoint")
+    assert endpoint["Properties"]["ServiceName"] == "com.amazonaws.us-east-1.sagemaker.runtime"
+    assert endpoint["Properties"]["PrivateDnsEnabled"] is True  # boto3's usual host name resolves to it
+
+
+def test_classic_lambda_is_the_default_and_has_no_capacity_provider_alias_or_vpc(sam: Path) -> None:
+    resources = _deployed(sam)
+    function = resources["SageStreamFunction"]["Properties"]
+    assert "CapacityProviderConfig" not in function and "VpcConfig" not in function
+    assert function["LoggingConfig"]["LogFormat"] == "Text"
+    assert _of_type(resources, "AWS::Lambda::Alias") == []
+    (url,) = _of_type(resources, "AWS::Lambda::Url")
+    assert url["Properties"]["TargetFunctionArn"] == {"Ref": "SageStreamFunction"}
+    for name in ("SageStreamCapacityProvider", "CapacityProviderOperatorRole", "SageMakerRuntimeEndpoint"):
+        assert resources[name]["Condition"] in {"OnManagedInstances", "MakesOperatorRole", "MakesSageMakerEndpoint"}

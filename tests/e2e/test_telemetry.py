@@ -99,7 +99,7 @@ class Captured:
         return resp, self.out.wait(mark, finished)
 
 
-def _captured(env: dict[str, str]) -> Iterator[Captured]:
+def _captured(env: dict[str, str], max_concurrency: int = 1) -> Iterator[Captured]:
     read_fd, write_fd = os.pipe()
     out = RuntimeOutput()
     reader = threading.Thread(target=out.read, args=(read_fd,), daemon=True)
@@ -107,6 +107,7 @@ def _captured(env: dict[str, str]) -> Iterator[Captured]:
     stack = LocalStack(
         port=0,
         concurrency=1,  # one execution environment: one cold start, and the records in order
+        max_concurrency=max_concurrency,
         timeout_s=60.0,
         env={"PYTHONPATH": PYTHONPATH, "UPSTREAM_READ_TIMEOUT_S": "2", "UPSTREAM_MAX_ATTEMPTS": "1", **env},
         scenario=FAST,
@@ -123,8 +124,8 @@ def _captured(env: dict[str, str]) -> Iterator[Captured]:
 
 
 @pytest.fixture(scope="module")
-def _plain() -> Iterator[Captured]:
-    yield from _captured({})
+def _plain(max_concurrency: int) -> Iterator[Captured]:
+    yield from _captured({}, max_concurrency)
 
 
 @pytest.fixture
