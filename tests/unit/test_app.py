@@ -168,7 +168,7 @@ def test_the_response_starts_only_with_the_first_bytes() -> None:
 
 def test_the_route_table_is_the_one_place_that_says_which_routes_need_a_key(open_app: Any) -> None:
     keyed = {path for path, route in open_app.routes.items() if route.keyed}
-    assert keyed == {CHAT, "/v1/completions", "/v1/models", "/v1/models/unit-llm"}
+    assert keyed == {CHAT, "/v1/completions", "/v1/responses", "/v1/models", "/v1/models/unit-llm"}
 
 
 class StalledReader(RecordingStream):
