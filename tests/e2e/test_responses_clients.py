@@ -255,7 +255,7 @@ def test_a_prompt_dialect_refuses_tools_under_the_responses_name(stack_for: GetS
 
 
 def test_the_agents_sdk_default_model_runs_a_tool_and_streams_the_answer(stack: LocalStack) -> None:
-    agents = pytest.importorskip("agents", reason="openai-agents is in the dev extra")
+    import agents
     calls: list[str] = []
 
     @agents.function_tool
@@ -279,7 +279,6 @@ def test_the_agents_sdk_default_model_runs_a_tool_and_streams_the_answer(stack: 
 
 
 def test_pydantic_ai_default_openai_agent_uses_the_responses_model_with_a_tool(stack: LocalStack) -> None:
-    pytest.importorskip("pydantic_ai", reason="pydantic-ai-slim[openai] is in the dev extra")
     from pydantic_ai import Agent
     from pydantic_ai.models.openai import OpenAIResponsesModel
     from pydantic_ai.providers.openai import OpenAIProvider
