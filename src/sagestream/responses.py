@@ -685,11 +685,17 @@ def _new_id(prefix: str) -> str:
     return prefix + uuid.uuid4().hex
 
 
+# Made once: json.dumps with these options would build a new encoder for every event.
+_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
 def _dumps(obj: Any) -> bytes:
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
+    return _JSON.encode(obj).encode()
 
 
-_STRING = json.JSONEncoder(ensure_ascii=False)
+# json's own C encoder of one string (what json.dumps(s, ensure_ascii=False) runs), without the Python frame
+# of JSONEncoder.encode around it: the text-delta path runs it once per delta.
+_json_string: Any = getattr(json.encoder, "c_encode_basestring", None) or json.encoder.encode_basestring
 
 
 def _echo(request: ResponseCreateRequest) -> dict[str, Any]:
@@ -799,12 +805,18 @@ class ResponsesEncoder:
         self._seq = 0
         self._started = False
         self._open: _Item | None = None
-        self._done: list[dict[str, Any]] = []  # the finished items, in output order
+        self._done: list[dict[str, Any]] = []  # the finished items, in output order, each text a marker
+        # Each finished item's marker (as JSON) and its text (as JSON): the done events and the final response
+        # repeat an item's whole text, which is serialised once and put in where its marker is.
+        self._texts: list[tuple[bytes, bytes]] = []
         self._finish: str | None = None
         self._with_logprobs = bool(
             request.top_logprobs or "message.output_text.logprobs" in (request.include or ())
         )
-        self._text_head = b""  # the open message's text-delta event up to its sequence number
+        # While a message is open: its text-delta event with %d for the sequence number and %s for the text,
+        # and the list its text goes to.
+        self._text_event: bytes | None = None
+        self._text_parts: list[str] = []
 
     # -- events
 
@@ -815,8 +827,14 @@ class ResponsesEncoder:
             b"event: " + kind.encode() + b"\ndata: " + _dumps({"type": kind, **body, "sequence_number": seq}) + b"\n\n"
         )
 
-    def _snapshot(self, status: str, **more: Any) -> dict[str, Any]:
-        return _response(
+    def _fill(self, data: bytes) -> bytes:
+        for marker, text in self._texts:
+            data = data.replace(marker, text)
+        return data
+
+    def _snapshot(self, status: str, **more: Any) -> bytes:
+        """The response object as it stands, as JSON."""
+        response = _response(
             id=self.id,
             created_at=self.created_at,
             model=self.model,
@@ -826,9 +844,26 @@ class ResponsesEncoder:
             usage=self.usage,
             **more,
         )
+        return self._fill(_dumps(response))
 
-    def _item_json(self, item: _Item, status: str) -> dict[str, Any]:
-        text = "".join(item.parts)
+    def _lifecycle(self, kind: str, response: bytes) -> bytes:
+        """A ``response.*`` event around the response's JSON."""
+        seq = self._seq
+        self._seq += 1
+        name = kind.encode()
+        return (
+            b"event: "
+            + name
+            + b'\ndata: {"type":"'
+            + name
+            + b'","response":'
+            + response
+            + b',"sequence_number":'
+            + str(seq).encode()
+            + b"}\n\n"
+        )
+
+    def _item_json(self, item: _Item, status: str, text: str) -> dict[str, Any]:
         if item.kind == "message":
             part: dict[str, Any] = {"type": "output_text", "text": text, "annotations": []}
             if self._with_logprobs:
@@ -853,7 +888,7 @@ class ResponsesEncoder:
 
     def _open_item(self, item: _Item) -> bytes:
         self._open = item
-        added = self._item_json(item, "in_progress")
+        added = self._item_json(item, "in_progress", "")
         if item.kind != "function_call":
             added["content"] = []  # its part is added by the next event, as OpenAI does
         out = self._event("response.output_item.added", {"output_index": item.output_index, "item": added})
@@ -865,13 +900,16 @@ class ResponsesEncoder:
                 "response.content_part.added",
                 {"item_id": item.id, "output_index": item.output_index, "content_index": 0, "part": part},
             )
-            self._text_head = (
-                b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","item_id":"'
-                + item.id.encode()
-                + b'","output_index":'
-                + str(item.output_index).encode()
-                + b',"content_index":0,"logprobs":[],"sequence_number":'
-            )
+            if not self._with_logprobs:
+                self._text_event = (
+                    b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","item_id":"'
+                    + item.id.encode()
+                    + b'","output_index":'
+                    + str(item.output_index).encode()
+                    + b',"content_index":0,"delta":%s,"logprobs":[],"sequence_number":%d}\n\n'
+                    + self._padding.replace(b"%", b"%%")
+                )
+                self._text_parts = item.parts
         elif item.kind == "reasoning":
             out += self._event(
                 "response.content_part.added",
@@ -889,8 +927,11 @@ class ResponsesEncoder:
         if item is None:
             return b""
         self._open = None
+        self._text_event = None
         where = {"item_id": item.id, "output_index": item.output_index}
-        done = self._item_json(item, status)
+        marker = "\x00" + item.id  # a NUL (escaped in JSON) and a random id: never in the answer by chance
+        self._texts.append((_dumps(marker), _json_string("".join(item.parts)).encode()))
+        done = self._item_json(item, status, marker)
         if item.kind == "message":
             text: dict[str, Any] = {**where, "content_index": 0, "text": done["content"][0]["text"]}
             text["logprobs"] = item.logprobs or []
@@ -906,17 +947,15 @@ class ResponsesEncoder:
             )
         out += self._event("response.output_item.done", {"output_index": item.output_index, "item": done})
         self._done.append(done)
-        return out
+        return self._fill(out)
 
     def _next_index(self) -> int:
         return len(self._done) + (self._open is not None)
 
     def encode(self, delta: Delta) -> bytes:
         """The events for ``delta``; empty bytes if it carries nothing to send now."""
-        item = self._open
         if (
-            item is not None
-            and item.kind == "message"
+            self._text_event is not None
             and delta.content
             and delta.finish_reason is None
             and delta.tool_calls is None
@@ -925,20 +964,14 @@ class ResponsesEncoder:
             and delta.logprobs is None
             and delta.refusal is None
         ):
-            # Most deltas are text while a message is open: the event is a template with two values put in.
+            # Most deltas are text while a message is open: the event is a template with its sequence number
+            # and the text's JSON string put in, one string encoded instead of the whole event.
             if delta.usage is not None:
                 self.usage = delta.usage
-            item.parts.append(delta.content)
+            self._text_parts.append(delta.content)
             seq = self._seq
             self._seq = seq + 1
-            return (
-                self._text_head
-                + str(seq).encode()
-                + b',"delta":'
-                + _STRING.encode(delta.content).encode()
-                + b"}\n\n"
-                + self._padding
-            )
+            return self._text_event % (_json_string(delta.content).encode(), seq)
         return self._encode(delta)
 
     def _encode(self, delta: Delta) -> bytes:
@@ -948,8 +981,7 @@ class ResponsesEncoder:
         if not self._started:
             self._started = True
             snapshot = self._snapshot("in_progress")
-            out = self._event("response.created", {"response": snapshot})
-            out += self._event("response.in_progress", {"response": snapshot})
+            out = self._lifecycle("response.created", snapshot) + self._lifecycle("response.in_progress", snapshot)
         reasoning = delta.reasoning_content if delta.reasoning_content is not None else delta.reasoning
         if reasoning:
             if self._open is None or self._open.kind != "reasoning":
@@ -1023,7 +1055,7 @@ class ResponsesEncoder:
         out = self._close("completed")
         status, reason = _ending(self._finish)
         kind = "response.completed" if status == "completed" else "response.incomplete"
-        return out + self._event(kind, {"response": self._snapshot(status, incomplete=reason)})
+        return out + self._lifecycle(kind, self._snapshot(status, incomplete=reason))
 
     def error(self, err: APIError) -> bytes:
         """After the first byte: the deadline as ``response.incomplete``; any other fault as OpenAI's ``error``
@@ -1031,14 +1063,12 @@ class ResponsesEncoder:
         if err.code == DEADLINE_EXCEEDED:
             # The relay closed the answer with finish_reason "length" first: what was written stays correct.
             out = self._close("incomplete")
-            return out + self._event(
-                "response.incomplete", {"response": self._snapshot("incomplete", incomplete="max_output_tokens")}
-            )
+            return out + self._lifecycle("response.incomplete", self._snapshot("incomplete", incomplete="max_output_tokens"))
         out = self._close("incomplete")
         out += self._event("error", {"code": err.code, "message": err.message, "param": err.param})
         code = "rate_limit_exceeded" if err.status == 429 else "server_error"
         failed = self._snapshot("failed", error={"code": code, "message": err.message})
-        return out + self._event("response.failed", {"response": failed})
+        return out + self._lifecycle("response.failed", failed)
 
 
 def response_json(

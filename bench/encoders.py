@@ -1,0 +1,148 @@
+"""The Responses encoder's CPU per delta beside the chat encoder's, on the same stream, in one run.
+
+``python -m bench.encoders [--deltas N] [--repeats R]``; ``make bench`` prints the same line. Both encoders get
+the same :class:`~sagestream.dialects.Delta` list (a role delta, text deltas a tenth of them non-ASCII, the
+finish and the usage), each run builds its encoder, encodes every delta and ends the stream, and the runs
+alternate (chat, responses, chat, ...) so that both see the same machine; the figure is each one's median
+run. The issue's target: the Responses encoder at most 1.10x the chat encoder.
+
+With ``--instructions`` each encoder's instructions are counted too (valgrind's callgrind): CPU time on a
+shared machine is noisy, instruction counts are not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any
+
+from sagestream.dialects import Delta, Usage
+from sagestream.responses import ResponsesEncoder, parse_responses
+from sagestream.sse import ChunkEncoder
+
+TARGET_RATIO = 1.10
+
+
+def stream(n: int) -> list[Delta]:
+    """A chat answer of ``n`` text deltas as a decoder yields it."""
+    words = ["The", " river", " runs", " to", " the", " sea", ",", " où", " l'eau", " 😀"]
+    texts = [words[i % len(words)] for i in range(n)]
+    return [
+        Delta(role="assistant"),
+        *(Delta(t) for t in texts),
+        Delta(finish_reason="stop"),
+        Delta(usage=Usage(12, n, 12 + n)),
+    ]
+
+
+def _chat(deltas: list[Delta]) -> int:
+    encoder = ChunkEncoder(model="m", kind="chat", include_usage=True)
+    return sum(len(encoder.encode(d)) for d in deltas) + len(encoder.done())
+
+
+_REQUEST = parse_responses(b'{"input": "Tell me about rivers", "stream": true}', max_tokens_limit=None)[0]
+
+
+def _responses(deltas: list[Delta]) -> int:
+    encoder = ResponsesEncoder(_REQUEST, model="m")
+    return sum(len(encoder.encode(d)) for d in deltas) + len(encoder.done())
+
+
+ENCODERS = {"chat": _chat, "responses": _responses}
+
+
+def compare(deltas: int = 1000, repeats: int = 31, *, count_instructions: bool = False) -> dict[str, Any]:
+    """Each encoder's median CPU per delta (ns) over alternating runs, and their ratio."""
+    items = stream(deltas)
+    runs: dict[str, list[int]] = {name: [] for name in ENCODERS}
+    wrote: dict[str, int] = {}
+    for _ in range(repeats):
+        for name, encode in ENCODERS.items():
+            began = time.process_time_ns()
+            wrote[name] = encode(items)
+            runs[name].append(time.process_time_ns() - began)
+    per_delta = {name: statistics.median(values) / len(items) for name, values in runs.items()}
+    ratio = per_delta["responses"] / per_delta["chat"]
+    return {
+        "deltas": len(items),
+        "repeats": repeats,
+        "chat_ns_per_delta": round(per_delta["chat"]),
+        "responses_ns_per_delta": round(per_delta["responses"]),
+        "ratio": round(ratio, 3),
+        "met": ratio <= TARGET_RATIO,
+        "bytes": wrote,
+        "instructions": instructions(deltas) if count_instructions else None,
+    }
+
+
+_PROGRAM = """
+from bench.encoders import ENCODERS, stream
+items = stream({n})
+for _ in range({repeats}):
+    {call}
+"""
+
+
+def instructions(deltas: int, repeats: int = 3) -> dict[str, Any] | None:
+    """Instructions per delta of each encoder, counted by valgrind's callgrind (this machine's perf has no
+    hardware counters): one process per encoder over the same list, less one that only builds the list.
+    About a minute of CPU; None without valgrind."""
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        return None
+    counts: dict[str, int] = {}
+    calls = {"baseline": "pass", **{name: f"ENCODERS[{name!r}](items)" for name in ENCODERS}}
+    for name, call in calls.items():
+        program = _PROGRAM.format(n=deltas, repeats=repeats, call=call)
+        done = subprocess.run(
+            [valgrind, "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, "-c", program],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        found = re.search(r"Collected : (\d+)", done.stderr)
+        if done.returncode != 0 or found is None:
+            return None
+        counts[name] = int(found.group(1))
+    n = len(stream(deltas)) * repeats
+    per_delta = {name: (counts[name] - counts["baseline"]) / n for name in ENCODERS}
+    return {
+        **{f"{name}_per_delta": round(value) for name, value in per_delta.items()},
+        "ratio": round(per_delta["responses"] / per_delta["chat"], 3),
+    }
+
+
+def line(result: dict[str, Any]) -> str:
+    counted = result.get("instructions")
+    extra = (
+        f"; instructions/delta chat {counted['chat_per_delta']} responses {counted['responses_per_delta']} "
+        f"({counted['ratio']}x)"
+        if counted
+        else ""
+    )
+    return (
+        f"encoders: {result['deltas']} deltas, cpu/delta chat {result['chat_ns_per_delta']} ns, responses "
+        f"{result['responses_ns_per_delta']} ns: {result['ratio']}x (target <= {TARGET_RATIO}x){extra}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.encoders", description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--deltas", type=int, default=1000)
+    parser.add_argument("--repeats", type=int, default=31)
+    parser.add_argument("--instructions", action="store_true", help="count instructions too (valgrind, ~1 min CPU)")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    result = compare(args.deltas, args.repeats, count_instructions=args.instructions)
+    print(json.dumps(result) if args.json else line(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
