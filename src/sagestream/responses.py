@@ -521,7 +521,8 @@ def _chat_tool_choice(choice: str | dict[str, Any]) -> Any:
             ]
             return {"type": "allowed_tools", "allowed_tools": {"mode": allowed.mode, "tools": tools}}
     except ValidationError as exc:
-        raise _renamed(_invalid(exc.errors(include_url=False, include_input=False), choice), [], prefix="tool_choice")
+        errors = exc.errors(include_url=False, include_input=False)
+        raise _renamed(_invalid(errors, choice), [], prefix="tool_choice") from None
     raise APIError.invalid_request(
         f"tool_choice of type '{choice.get('type')}' is not supported: this endpoint runs no hosted tools.",
         param="tool_choice.type",
@@ -588,7 +589,11 @@ def _input_messages(items: list[Any], messages: list[dict[str, Any]], origins: l
             reasoning.extend(part.text for part in item.content or item.summary)
         elif isinstance(item, FunctionCallItem):
             message = assistant(n)
-            call = {"id": item.call_id, "type": "function", "function": {"name": item.name, "arguments": item.arguments}}
+            call = {
+                "id": item.call_id,
+                "type": "function",
+                "function": {"name": item.name, "arguments": item.arguments},
+            }
             message.setdefault("tool_calls", []).append(call)
         elif isinstance(item, FunctionCallOutputItem):
             if isinstance(item.output, str):
@@ -810,9 +815,7 @@ class ResponsesEncoder:
         # repeat an item's whole text, which is serialised once and put in where its marker is.
         self._texts: list[tuple[bytes, bytes]] = []
         self._finish: str | None = None
-        self._with_logprobs = bool(
-            request.top_logprobs or "message.output_text.logprobs" in (request.include or ())
-        )
+        self._with_logprobs = bool(request.top_logprobs or "message.output_text.logprobs" in (request.include or ()))
         # While a message is open: its text-delta event with %d for the sequence number and %s for the text,
         # and the list its text goes to.
         self._text_event: bytes | None = None
@@ -1063,7 +1066,9 @@ class ResponsesEncoder:
         if err.code == DEADLINE_EXCEEDED:
             # The relay closed the answer with finish_reason "length" first: what was written stays correct.
             out = self._close("incomplete")
-            return out + self._lifecycle("response.incomplete", self._snapshot("incomplete", incomplete="max_output_tokens"))
+            return out + self._lifecycle(
+                "response.incomplete", self._snapshot("incomplete", incomplete="max_output_tokens")
+            )
         out = self._close("incomplete")
         out += self._event("error", {"code": err.code, "message": err.message, "param": err.param})
         code = "rate_limit_exceeded" if err.status == 429 else "server_error"

@@ -122,8 +122,9 @@ OPENAI: dict[str, Evidence | str] = {
     "service_tier": forwarded("service_tier", "flex"),
     "stream": lambda sent, resp: sent["stream"] is True and sent["stream_options"] == {"include_usage": True},
     "temperature": forwarded("temperature", 0.5),
-    "text": lambda sent, _: sent["response_format"]
-    == {"type": "json_schema", "json_schema": {"name": "River", "schema": RIVER}},
+    "text": lambda sent, _: (
+        sent["response_format"] == {"type": "json_schema", "json_schema": {"name": "River", "schema": RIVER}}
+    ),
     "tool_choice": forwarded("tool_choice", "auto"),
     "tools": forwarded("tools", [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]),
     "top_logprobs": lambda sent, resp: sent["top_logprobs"] == 2 and sent["logprobs"] is True and has_logprobs(resp),

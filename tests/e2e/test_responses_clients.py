@@ -69,7 +69,10 @@ def test_a_whole_response_has_the_text_the_endpoint_sent_and_its_usage(stack: Lo
     response = client(stack).responses.create(model=MODEL, input="Hi", instructions="Be brief.", max_output_tokens=50)
     assert response.status == "completed" and response.object == "response"
     assert response.output_text and response.output[0].type == "message"
-    assert sent_body(stack)["messages"] == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+    assert sent_body(stack)["messages"] == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Hi"},
+    ]
     assert sent_body(stack)["max_tokens"] == 50
     assert response.usage is not None and response.usage.output_tokens > 0 and response.usage.input_tokens > 0
     assert response.store is False  # nothing is kept, whatever a client assumes
@@ -245,7 +248,9 @@ def test_hosted_tools_are_refused_by_their_type(stack: LocalStack) -> None:
 def test_a_prompt_dialect_refuses_tools_under_the_responses_name(stack_for: GetStack) -> None:
     stack = stack_for(UPSTREAM_FORMAT="tgi", PROMPT_TEMPLATE="chatml")
     with pytest.raises(openai.BadRequestError) as info:
-        client(stack).responses.create(model=MODEL, input="Hi", text={"format": {"type": "json_object"}}, tools=[WEATHER])  # type: ignore[list-item]
+        client(stack).responses.create(
+            model=MODEL, input="Hi", text={"format": {"type": "json_object"}}, tools=[WEATHER]
+        )  # type: ignore[list-item]
     assert info.value.body["param"] == "tools"  # type: ignore[index]
     answer = client(stack).responses.create(model=MODEL, input="Hi", max_output_tokens=20)
     assert answer.output_text and sent_body(stack)["parameters"]["max_new_tokens"] == 20
@@ -256,6 +261,7 @@ def test_a_prompt_dialect_refuses_tools_under_the_responses_name(stack_for: GetS
 
 def test_the_agents_sdk_default_model_runs_a_tool_and_streams_the_answer(stack: LocalStack) -> None:
     import agents
+
     calls: list[str] = []
 
     @agents.function_tool

@@ -21,7 +21,7 @@ from sagestream.config import Config
 from sagestream.dialects import Delta, Usage, stream_decoder
 from sagestream.errors import APIError
 from sagestream.relay import relay
-from sagestream.responses import RESPONSES, ResponsesEncoder, parse_responses, response_json
+from sagestream.responses import RESPONSES, ResponsesEncoder, response_json
 from sagestream.sse import ChunkEncoder
 from sagestream.upstream import DeadlineReached
 from sagestream_local.endpoint import Scenario, exception_frame, payload_part_frame
@@ -92,7 +92,12 @@ def test_items_become_the_chat_conversation_calls_joined_to_their_turn_and_reaso
             "input": [
                 {"role": "developer", "content": [{"type": "input_text", "text": "Be brief."}]},
                 {"role": "user", "content": [{"type": "input_text", "text": "Weather?"}]},
-                {"type": "reasoning", "id": "rs_1", "summary": [], "content": [{"type": "reasoning_text", "text": "Hm"}]},
+                {
+                    "type": "reasoning",
+                    "id": "rs_1",
+                    "summary": [],
+                    "content": [{"type": "reasoning_text", "text": "Hm"}],
+                },
                 {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": "{}"},
                 {"type": "function_call", "call_id": "c2", "name": "get_weather", "arguments": "{}"},
                 {"type": "function_call_output", "call_id": "c1", "output": "sunny"},
@@ -147,7 +152,10 @@ def test_text_format_reasoning_and_the_rest_reach_their_chat_names() -> None:
         }
     )
     sent = parsed.request.sent()
-    assert sent["response_format"] == {"type": "json_schema", "json_schema": {"name": "A", "schema": schema, "strict": True}}
+    assert sent["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {"name": "A", "schema": schema, "strict": True},
+    }
     assert sent["reasoning_effort"] == "low" and sent["prompt_cache_key"] == "k"
     assert sent["tool_choice"] == {"type": "function", "function": {"name": "get_weather"}}
     assert (sent["logprobs"], sent["top_logprobs"]) == (True, 2)
@@ -155,7 +163,11 @@ def test_text_format_reasoning_and_the_rest_reach_their_chat_names() -> None:
 
 def test_an_unknown_field_is_refused_as_openai_refuses_it() -> None:
     err = refusal({"input": "Hi", "top_k": 5})
-    assert (err.param, err.message, err.code) == ("top_k", "Unrecognized request argument supplied: top_k", "unknown_parameter")
+    assert (err.param, err.message, err.code) == (
+        "top_k",
+        "Unrecognized request argument supplied: top_k",
+        "unknown_parameter",
+    )
 
 
 @pytest.mark.parametrize(
@@ -204,7 +216,11 @@ def test_max_output_tokens_over_the_limit_is_refused_under_its_own_name() -> Non
         (LMI, {"input": "Hi", "text": {"format": {"type": "json_object"}}}, "text.format"),
         (
             TGI,
-            {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "data:,", "detail": "auto"}]}]},
+            {
+                "input": [
+                    {"role": "user", "content": [{"type": "input_image", "image_url": "data:,", "detail": "auto"}]}
+                ]
+            },
             "input.0",
         ),
     ],
@@ -248,7 +264,7 @@ def test_text_streams_event_by_event_and_the_sdk_accumulates_the_final_response(
     ]
     assert [p["delta"] for w in writes[1:4] for p in split(w) if "delta" in p] == ["Hé", " there", "!"]
     assert writes[5] == b""  # usage alone: kept for the end
-    events, final = sdk_accumulates(writes)
+    _, final = sdk_accumulates(writes)
     assert final.output_text == "Hé there!" and final.status == "completed"
     assert final.usage.model_dump(exclude_none=True) == {"input_tokens": 5, "output_tokens": 3, "total_tokens": 8}
     assert len({p["item_id"] for p in payloads if "item_id" in p}) == 1
@@ -274,17 +290,26 @@ def test_a_tool_call_streams_each_fragment_as_the_container_sent_it() -> None:
     writes = encode_all(deltas, {"input": "Hi", "tools": [TOOL], "stream": True})
     sent = [p["delta"] for w in writes for p in split(w) if p["type"] == "response.function_call_arguments.delta"]
     assert sent == fragments  # not re-chunked
-    events, final = sdk_accumulates(writes, [TOOL])
+    _, final = sdk_accumulates(writes, [TOOL])
     (call,) = final.output
-    assert (call.type, call.call_id, call.name, call.arguments) == ("function_call", "call_1", "get_weather", "".join(fragments))
+    assert (call.type, call.call_id, call.name, call.arguments) == (
+        "function_call",
+        "call_1",
+        "get_weather",
+        "".join(fragments),
+    )
     assert final.usage is None  # no count was reported: none is made up
 
 
 def test_two_calls_are_two_items_in_order() -> None:
     second = {"index": 1, "id": "call_2", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
     writes = encode_all(
-        [Delta(tool_calls=[CALL_HEAD]), Delta(tool_calls=[{"index": 0, "function": {"arguments": "{}"}}]),
-         Delta(tool_calls=[second]), Delta(finish_reason="tool_calls")],
+        [
+            Delta(tool_calls=[CALL_HEAD]),
+            Delta(tool_calls=[{"index": 0, "function": {"arguments": "{}"}}]),
+            Delta(tool_calls=[second]),
+            Delta(finish_reason="tool_calls"),
+        ],
         {"input": "Hi", "tools": [TOOL], "stream": True},
     )
     _, final = sdk_accumulates(writes, [TOOL])
@@ -293,8 +318,14 @@ def test_two_calls_are_two_items_in_order() -> None:
 
 def test_reasoning_is_its_own_item_before_the_message_and_its_tokens_are_counted() -> None:
     usage = Usage(5, 4, 9, {"completion_tokens_details": {"reasoning_tokens": 2}})
-    writes = encode_all([Delta(reasoning_content="Let me"), Delta(reasoning_content=" think"), Delta("Hi"),
-                         Delta(finish_reason="stop", usage=usage)])
+    writes = encode_all(
+        [
+            Delta(reasoning_content="Let me"),
+            Delta(reasoning_content=" think"),
+            Delta("Hi"),
+            Delta(finish_reason="stop", usage=usage),
+        ]
+    )
     kinds = [p["type"] for w in writes for p in split(w)]
     assert kinds.count("response.reasoning_text.delta") == 2
     assert kinds.index("response.reasoning_text.done") < kinds.index("response.output_text.delta")
@@ -331,7 +362,7 @@ def relayed(parts: Any) -> list[tuple[Any, bytes]]:
 
 
 def test_the_relay_writes_one_write_per_delta_and_the_end() -> None:
-    items = relayed(VLLM_TOKENS + [b"data: [DONE]\n\n"])
+    items = relayed([*VLLM_TOKENS, b"data: [DONE]\n\n"])
     assert [type(item).__name__ for item, _ in items] == ["Delta", "Delta", "Delta", "Delta", "NoneType"]
     _, final = sdk_accumulates([data for _, data in items])
     assert final.output_text == "Hi there"
@@ -390,7 +421,9 @@ def test_a_whole_answer_is_one_response_object_the_sdk_reads() -> None:
 
 def test_a_whole_tool_call_is_a_function_call_item_without_an_empty_message() -> None:
     call = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
-    body = json.loads(response_json(Delta(tool_calls=[call], finish_reason="tool_calls"), parse({"input": "Hi"}).original, model="m"))
+    body = json.loads(
+        response_json(Delta(tool_calls=[call], finish_reason="tool_calls"), parse({"input": "Hi"}).original, model="m")
+    )
     assert [(i["type"], i["call_id"], i["arguments"]) for i in body["output"]] == [("function_call", "call_1", "{}")]
 
 
