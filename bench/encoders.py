@@ -6,7 +6,8 @@ finish and the usage), each run builds its encoder, encodes every delta and ends
 alternate (chat, responses, chat, ...) so that both see the same machine; the figure is each one's median
 run. The issue's target: the Responses encoder at most 1.10x the chat encoder.
 
-With ``--instructions`` each encoder's instructions are counted too (valgrind's callgrind): CPU time on a
+With ``--function`` the function's own CPU per delta is measured on both routes too (same simulated stream,
+local stack, alternating requests): the encoder's share of a whole invocation. With ``--instructions`` each encoder's instructions are counted too (valgrind's callgrind): CPU time on a
 shared machine is noisy, instruction counts are not.
 """
 
@@ -19,7 +20,9 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 from sagestream.dialects import Delta, Usage
@@ -118,6 +121,54 @@ def instructions(deltas: int, repeats: int = 3) -> dict[str, Any] | None:
     }
 
 
+def function_cpu(runs: int = 15, tokens: int = 1000) -> dict[str, Any]:
+    """The function's own CPU per delta (its invocation records' ``cpu_ms`` over ``output_tokens``) for the same
+    simulated stream asked through ``/v1/chat/completions`` and ``/v1/responses``, alternating, in one local
+    stack: the encoder's share of the whole invocation."""
+    from bench.function import InvocationLog
+    from bench.run import PYTHONPATH
+    from sagestream_local.endpoint import Scenario
+    from sagestream_local.stack import LocalStack
+    from tests.client import request
+
+    asks = {
+        "chat": ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}], "stream": True}),
+        "responses": ("/v1/responses", {"input": "Hi", "stream": True}),
+    }
+    cpu_us: dict[str, list[float]] = {name: [] for name in asks}
+    with tempfile.NamedTemporaryFile(prefix="sagestream-encoders-", suffix=".log") as out:
+        log = InvocationLog(Path(out.name))
+        scenario = Scenario(tokens=tokens, ttft_ms=0, cadence_ms=0, non_ascii=0.1)
+        with LocalStack(port=0, concurrency=1, env={"PYTHONPATH": PYTHONPATH}, scenario=scenario, stdout=out) as stack:
+            for path, body in asks.values():  # warm: the first request of each route imports its modules
+                request(stack.url, "POST", path, body)
+            for turn in range(runs + 1):
+                for name, (path, body) in asks.items():
+                    if request(stack.url, "POST", path, body).status != 200:
+                        raise RuntimeError(f"{path} failed")
+                    records = _records_after(log, expected=1 if turn else 0)
+                    if turn:
+                        cpu_us[name] += [r["cpu_ms"] * 1000 / r["output_tokens"] for r in records]
+    per_delta = {name: statistics.median(values) for name, values in cpu_us.items()}
+    return {
+        "runs": runs,
+        "tokens": tokens,
+        **{f"{name}_us_per_delta": round(value, 2) for name, value in per_delta.items()},
+        "ratio": round(per_delta["responses"] / per_delta["chat"], 3),
+    }
+
+
+def _records_after(log: Any, expected: int, timeout_s: float = 5.0) -> list[dict[str, Any]]:
+    """The invocation records written since the last call: the runtime writes its record after the response."""
+    records: list[dict[str, Any]] = []
+    deadline = time.monotonic() + timeout_s
+    while True:
+        records += log.new_records()
+        if len(records) >= expected or time.monotonic() > deadline:
+            return records
+        time.sleep(0.02)
+
+
 def line(result: dict[str, Any]) -> str:
     counted = result.get("instructions")
     extra = (
@@ -126,6 +177,12 @@ def line(result: dict[str, Any]) -> str:
         if counted
         else ""
     )
+    function = result.get("function")
+    if function:
+        extra += (
+            f"; the function's cpu/delta chat {function['chat_us_per_delta']} us responses "
+            f"{function['responses_us_per_delta']} us ({function['ratio']}x)"
+        )
     return (
         f"encoders: {result['deltas']} deltas, cpu/delta chat {result['chat_ns_per_delta']} ns, responses "
         f"{result['responses_ns_per_delta']} ns: {result['ratio']}x (target <= {TARGET_RATIO}x){extra}"
@@ -137,9 +194,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--deltas", type=int, default=1000)
     parser.add_argument("--repeats", type=int, default=31)
     parser.add_argument("--instructions", action="store_true", help="count instructions too (valgrind, ~1 min CPU)")
+    parser.add_argument("--function", action="store_true", help="the function's CPU per delta on both routes too")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     result = compare(args.deltas, args.repeats, count_instructions=args.instructions)
+    if args.function:
+        result["function"] = function_cpu()
     print(json.dumps(result) if args.json else line(result))
     return 0
 

@@ -249,6 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     # Side by side in this run: the Responses encoder's CPU per delta against the chat encoder's, same deltas.
     encoder_figures = encoders.compare(1000, 11 if args.quick else 31)
+    encoder_figures["function"] = encoders.function_cpu(runs=5 if args.quick else 15)
     print(encoders.line(encoder_figures), flush=True)
     clock = InitClock()
     base = Scenario(dialect="openai", non_ascii=0.1)
