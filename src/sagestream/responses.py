@@ -778,7 +778,7 @@ def _logprobs(delta_logprobs: dict[str, Any] | None) -> list[Any]:
 class _Item:
     """One output item while it is streamed."""
 
-    kind: Literal["message", "reasoning", "function_call"]
+    kind: Literal["message", "refusal", "reasoning", "function_call"]  # a refusal is a message with a refusal part
     id: str
     output_index: int
     parts: list[str]  # its text or argument fragments, for the done events
@@ -872,6 +872,9 @@ class ResponsesEncoder:
             if self._with_logprobs:
                 part["logprobs"] = item.logprobs or []
             return {"id": item.id, "type": "message", "status": status, "role": "assistant", "content": [part]}
+        if item.kind == "refusal":
+            part = {"type": "refusal", "refusal": text}
+            return {"id": item.id, "type": "message", "status": status, "role": "assistant", "content": [part]}
         if item.kind == "reasoning":
             return {
                 "id": item.id,
@@ -913,6 +916,16 @@ class ResponsesEncoder:
                     + self._padding.replace(b"%", b"%%")
                 )
                 self._text_parts = item.parts
+        elif item.kind == "refusal":
+            out += self._event(
+                "response.content_part.added",
+                {
+                    "item_id": item.id,
+                    "output_index": item.output_index,
+                    "content_index": 0,
+                    "part": {"type": "refusal", "refusal": ""},
+                },
+            )
         elif item.kind == "reasoning":
             out += self._event(
                 "response.content_part.added",
@@ -940,6 +953,10 @@ class ResponsesEncoder:
             text["logprobs"] = item.logprobs or []
             out = self._event("response.output_text.done", text)
             out += self._event("response.content_part.done", {**where, "content_index": 0, "part": done["content"][0]})
+        elif item.kind == "refusal":
+            part = done["content"][0]
+            out = self._event("response.refusal.done", {**where, "content_index": 0, "refusal": part["refusal"]})
+            out += self._event("response.content_part.done", {**where, "content_index": 0, "part": part})
         elif item.kind == "reasoning":
             part = done["content"][0]
             out = self._event("response.reasoning_text.done", {**where, "content_index": 0, "text": part["text"]})
@@ -997,7 +1014,18 @@ class ResponsesEncoder:
                 "response.reasoning_text.delta",
                 {"item_id": item.id, "output_index": item.output_index, "content_index": 0, "delta": reasoning},
             )
-        text = delta.content or delta.refusal or ""
+        if delta.refusal:
+            if self._open is None or self._open.kind != "refusal":
+                out += self._close("completed")
+                out += self._open_item(_Item("refusal", _new_id("msg_"), self._next_index(), []))
+            item = self._open
+            assert item is not None
+            item.parts.append(delta.refusal)
+            out += self._event(
+                "response.refusal.delta",
+                {"item_id": item.id, "output_index": item.output_index, "content_index": 0, "delta": delta.refusal},
+            )
+        text = delta.content
         if text:
             if self._open is None or self._open.kind != "message":
                 out += self._close("completed")
@@ -1099,8 +1127,13 @@ def response_json(
                 "status": item_status,
             }
         )
-    text = answer.content or answer.refusal or ""
-    if text or not answer.tool_calls:
+    if answer.refusal:
+        refusal = {"type": "refusal", "refusal": answer.refusal}
+        output.append(
+            {"id": _new_id("msg_"), "type": "message", "status": item_status, "role": "assistant", "content": [refusal]}
+        )
+    text = answer.content
+    if text or not (answer.tool_calls or answer.refusal):
         part: dict[str, Any] = {"type": "output_text", "text": text, "annotations": []}
         if request.top_logprobs or "message.output_text.logprobs" in (request.include or ()):
             part["logprobs"] = _logprobs(answer.logprobs)

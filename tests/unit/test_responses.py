@@ -469,3 +469,24 @@ def test_the_chat_encoder_and_this_one_read_the_same_deltas() -> None:
     deltas = [Delta(role="assistant"), Delta("Hi"), Delta(finish_reason="stop")]
     chat = ChunkEncoder(model="m", kind="chat", include_usage=False)
     assert all(chat.encode(d) for d in deltas) and all(encode_all(deltas))
+
+
+def test_a_refusal_is_a_message_with_a_refusal_part_streamed_and_whole() -> None:
+    writes = encode_all([Delta(refusal="I can't"), Delta(refusal=" help."), Delta(finish_reason="stop")])
+    kinds = [p["type"] for w in writes for p in split(w)]
+    assert kinds.count("response.refusal.delta") == 2 and "response.output_text.delta" not in kinds
+    _, final = sdk_accumulates(writes)
+    (message,) = final.output
+    assert message.type == "message" and message.content[0].type == "refusal"
+    assert message.content[0].refusal == "I can't help."
+    whole = json.loads(
+        response_json(Delta(refusal="No.", finish_reason="stop"), parse({"input": "Hi"}).original, model="m")
+    )
+    assert [item["content"] for item in whole["output"]] == [[{"type": "refusal", "refusal": "No."}]]
+
+
+def test_text_that_looks_like_the_encoders_own_markers_comes_back_unchanged() -> None:
+    sly = 'A NUL \x00 and "\\u0000msg_" and %s %d'
+    writes = encode_all([Delta(sly), Delta(sly), Delta(finish_reason="stop")])
+    _, final = sdk_accumulates(writes)
+    assert final.output_text == sly + sly
