@@ -7,7 +7,8 @@ alternate (chat, responses, chat, ...) so that both see the same machine; the fi
 run. The issue's target: the Responses encoder at most 1.10x the chat encoder.
 
 With ``--function`` the function's own CPU per delta is measured on both routes too (same simulated stream,
-local stack, alternating requests): the encoder's share of a whole invocation. With ``--instructions`` each encoder's instructions are counted too (valgrind's callgrind): CPU time on a
+local stack, alternating requests): the encoder's share of a whole invocation (``make bench`` always does).
+With ``--instructions`` each encoder's instructions are counted too (valgrind's callgrind): CPU time on a
 shared machine is noisy, instruction counts are not.
 """
 
@@ -125,11 +126,12 @@ def function_cpu(runs: int = 15, tokens: int = 1000) -> dict[str, Any]:
     """The function's own CPU per delta (its invocation records' ``cpu_ms`` over ``output_tokens``) for the same
     simulated stream asked through ``/v1/chat/completions`` and ``/v1/responses``, alternating, in one local
     stack: the encoder's share of the whole invocation."""
+    from tests.client import request
+
     from bench.function import InvocationLog
     from bench.run import PYTHONPATH
     from sagestream_local.endpoint import Scenario
     from sagestream_local.stack import LocalStack
-    from tests.client import request
 
     asks = {
         "chat": ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}], "stream": True}),
