@@ -43,6 +43,7 @@ b'event: response.content_part.added', b'event: response.output_text.delta']
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import time
@@ -329,6 +330,26 @@ _REFUSED: dict[str, tuple[str, tuple[Any, ...]]] = {
     ),
 }
 
+_HONOURED = ("message.output_text.logprobs", "reasoning.encrypted_content")
+# A reasoning item's encrypted_content, when a client asks for it (store: false clients such as Codex do, to send
+# reasoning back on the next turn): the reasoning text itself in base64 behind this prefix. Not encrypted (the
+# client was sent the text in the clear anyway): it only has to come back here and be read.
+SEALED_REASONING = "sagestream.reasoning.v1:"
+
+
+def _seal(text: str) -> str:
+    return SEALED_REASONING + base64.b64encode(text.encode()).decode()
+
+
+def _unseal(sealed: str) -> str | None:
+    if not sealed.startswith(SEALED_REASONING):
+        return None
+    try:
+        return base64.b64decode(sealed[len(SEALED_REASONING) :], validate=True).decode()
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
 # The chat-shaped request's field names that a Responses request spells otherwise.
 _CHAT_NAMES = {
     "max_tokens": "max_output_tokens",
@@ -468,11 +489,11 @@ def _translate(request: ResponseCreateRequest) -> tuple[ChatCompletionRequest, l
             chat["reasoning_effort"] = request.reasoning.effort
         # summary / generate_summary: accepted; the reasoning item carries the model's whole reasoning text.
     for value in request.include or ():
-        if value != "message.output_text.logprobs":
+        if value not in _HONOURED:
             raise _refuse(
                 "include",
-                f"'{value}' cannot be honoured: this endpoint runs no hosted tools, keeps no encrypted reasoning "
-                "and stores no inputs; only 'message.output_text.logprobs' is",
+                f"'{value}' cannot be honoured: this endpoint runs no hosted tools and stores no inputs; "
+                f"only {' and '.join(repr(v) for v in _HONOURED)} are",
             )
     if "message.output_text.logprobs" in (request.include or ()) or request.top_logprobs:
         chat["logprobs"] = True
@@ -582,11 +603,16 @@ def _input_messages(items: list[Any], messages: list[dict[str, Any]], origins: l
         if isinstance(item, ItemReference):
             raise _refuse(f"input.{n}", "an item_reference names a stored item; " + STATELESS)
         if isinstance(item, ReasoningItem):
-            if item.encrypted_content is not None:
-                raise _refuse(
-                    f"input.{n}.encrypted_content", "encrypted reasoning is OpenAI's; this server never sends any"
-                )
-            reasoning.extend(part.text for part in item.content or item.summary)
+            if item.content or item.summary:
+                reasoning.extend(part.text for part in item.content or item.summary)
+            elif item.encrypted_content is not None:
+                unsealed = _unseal(item.encrypted_content)
+                if unsealed is None:
+                    raise _refuse(
+                        f"input.{n}.encrypted_content",
+                        "it is not reasoning this server sent (OpenAI's encrypted reasoning cannot be read here)",
+                    )
+                reasoning.append(unsealed)
         elif isinstance(item, FunctionCallItem):
             message = assistant(n)
             call = {
@@ -816,6 +842,7 @@ class ResponsesEncoder:
         self._texts: list[tuple[bytes, bytes]] = []
         self._finish: str | None = None
         self._with_logprobs = bool(request.top_logprobs or "message.output_text.logprobs" in (request.include or ()))
+        self._sealed_reasoning = "reasoning.encrypted_content" in (request.include or ())
         # While a message is open: its text-delta event with %d for the sequence number and %s for the text,
         # and the list its text goes to.
         self._text_event: bytes | None = None
@@ -876,13 +903,16 @@ class ResponsesEncoder:
             part = {"type": "refusal", "refusal": text}
             return {"id": item.id, "type": "message", "status": status, "role": "assistant", "content": [part]}
         if item.kind == "reasoning":
-            return {
+            reasoning: dict[str, Any] = {
                 "id": item.id,
                 "type": "reasoning",
                 "summary": [],
                 "content": [{"type": "reasoning_text", "text": text}],
                 "status": status,
             }
+            if self._sealed_reasoning:
+                reasoning["encrypted_content"] = None if status == "in_progress" else "\x00sealed" + item.id
+            return reasoning
         return {
             "id": item.id,
             "type": "function_call",
@@ -946,7 +976,10 @@ class ResponsesEncoder:
         self._text_event = None
         where = {"item_id": item.id, "output_index": item.output_index}
         marker = "\x00" + item.id  # a NUL (escaped in JSON) and a random id: never in the answer by chance
-        self._texts.append((_dumps(marker), _json_string("".join(item.parts)).encode()))
+        whole = "".join(item.parts)
+        self._texts.append((_dumps(marker), _json_string(whole).encode()))
+        if item.kind == "reasoning" and self._sealed_reasoning:
+            self._texts.append((_dumps("\x00sealed" + item.id), _dumps(_seal(whole))))
         done = self._item_json(item, status, marker)
         if item.kind == "message":
             text: dict[str, Any] = {**where, "content_index": 0, "text": done["content"][0]["text"]}
@@ -1118,15 +1151,16 @@ def response_json(
     output: list[dict[str, Any]] = []
     reasoning = answer.reasoning_content if answer.reasoning_content is not None else answer.reasoning
     if reasoning:
-        output.append(
-            {
-                "id": _new_id("rs_"),
-                "type": "reasoning",
-                "summary": [],
-                "content": [{"type": "reasoning_text", "text": reasoning}],
-                "status": item_status,
-            }
-        )
+        item: dict[str, Any] = {
+            "id": _new_id("rs_"),
+            "type": "reasoning",
+            "summary": [],
+            "content": [{"type": "reasoning_text", "text": reasoning}],
+            "status": item_status,
+        }
+        if "reasoning.encrypted_content" in (request.include or ()):
+            item["encrypted_content"] = _seal(reasoning)
+        output.append(item)
     if answer.refusal:
         refusal = {"type": "refusal", "refusal": answer.refusal}
         output.append(

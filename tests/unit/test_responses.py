@@ -190,7 +190,7 @@ def test_store_true_is_accepted_and_the_response_says_nothing_is_stored() -> Non
         ({"input": "Hi", "tools": [{"type": "web_search"}]}, "tools.0.type"),
         ({"input": [{"type": "web_search_call", "id": "x"}]}, "input.0.type"),
         ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input.0"),
-        ({"input": "Hi", "include": ["reasoning.encrypted_content"]}, "include"),
+        ({"input": "Hi", "include": ["file_search_call.results"]}, "include"),
         ({"input": "Hi", "truncation": "auto"}, "truncation"),
         ({"input": "Hi", "tools": [{**TOOL, "parameters": "no"}]}, "tools.0.parameters"),
         ({"input": [{"role": "robot", "content": "Hi"}]}, "input.0.role"),
@@ -490,3 +490,30 @@ def test_text_that_looks_like_the_encoders_own_markers_comes_back_unchanged() ->
     writes = encode_all([Delta(sly), Delta(sly), Delta(finish_reason="stop")])
     _, final = sdk_accumulates(writes)
     assert final.output_text == sly + sly
+
+
+def test_reasoning_asked_for_as_encrypted_content_comes_back_and_is_read_on_the_next_turn() -> None:
+    body = {"input": "Hi", "stream": True, "include": ["reasoning.encrypted_content"], "store": False}
+    writes = encode_all([Delta(reasoning_content="Let me é"), Delta("Hi"), Delta(finish_reason="stop")], body)
+    _, final = sdk_accumulates(writes)
+    reasoning = final.output[0]
+    assert reasoning.type == "reasoning" and reasoning.encrypted_content
+    # What a store:false client (Codex) sends back: the item without its text, the sealed content only.
+    again = {"type": "reasoning", "id": reasoning.id, "summary": [], "encrypted_content": reasoning.encrypted_content}
+    parsed = parse({"input": [{"role": "user", "content": "Hi"}, again, {"role": "assistant", "content": "Hi"}]})
+    assert parsed.request.messages[1].reasoning_content == "Let me é"
+    whole = json.loads(response_json(Delta("Hi", reasoning_content="Hm"), parse(body).original, model="m"))
+    sealed = {
+        "type": "reasoning",
+        "id": "rs_2",
+        "summary": [],
+        "encrypted_content": whole["output"][0]["encrypted_content"],
+    }
+    assert (
+        parse({"input": [sealed, {"role": "assistant", "content": "Hi"}]}).request.messages[0].reasoning_content == "Hm"
+    )
+
+
+def test_encrypted_reasoning_from_elsewhere_is_refused_by_name() -> None:
+    item = {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "gAAAAB-openai-blob"}
+    assert refusal({"input": [item, {"role": "user", "content": "Hi"}]}).param == "input.0.encrypted_content"
