@@ -716,11 +716,27 @@ def _new_id(prefix: str) -> str:
     return prefix + uuid.uuid4().hex
 
 
-# Made once: json.dumps with these options would build a new encoder for every event.
+def _not_json(obj: Any) -> Any:
+    raise TypeError(f"Object of type {type(obj).__name__} is not JSON serializable")
+
+
+# json's C encoder, made once with json.dumps(ensure_ascii=False, separators=(",", ":"))'s options and no
+# circular-reference check (events are built from JSON values): JSONEncoder.encode builds one per call, which
+# is half of what serialising a small event costs, and a response writes several per item.
+_c_make_encoder: Any = getattr(json.encoder, "c_make_encoder", None)
+_c_encode_basestring: Any = getattr(json.encoder, "c_encode_basestring", None)
+_C_ENCODER: Any = (
+    _c_make_encoder(None, _not_json, _c_encode_basestring, None, ":", ",", False, False, True)
+    if _c_make_encoder is not None and _c_encode_basestring is not None
+    else None
+)
 _JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
 def _dumps(obj: Any) -> bytes:
+    """``obj`` as compact JSON bytes, as ``json.dumps(obj, ensure_ascii=False, separators=(",", ":"))``."""
+    if _C_ENCODER is not None:
+        return "".join(_C_ENCODER(obj, 0)).encode()
     return _JSON.encode(obj).encode()
 
 
@@ -832,6 +848,7 @@ class ResponsesEncoder:
         self.created_at = created_at if created_at is not None else int(time.time())
         self.usage: Usage | None = None
         self._echo = _echo(request)
+        self._echo_json: bytes | None = None
         self._padding = b":" + b" " * (pad_bytes - 3) + b"\n\n" if pad_bytes else b""
         self._seq = 0
         self._started = False
@@ -862,19 +879,23 @@ class ResponsesEncoder:
             data = data.replace(marker, text)
         return data
 
-    def _snapshot(self, status: str, **more: Any) -> bytes:
-        """The response object as it stands, as JSON."""
-        response = _response(
-            id=self.id,
-            created_at=self.created_at,
-            model=self.model,
-            echo=self._echo,
-            status=status,
-            output=list(self._done),
-            usage=self.usage,
-            **more,
-        )
-        return self._fill(_dumps(response))
+    def _snapshot(self, status: str, *, error: dict[str, Any] | None = None, incomplete: str | None = None) -> bytes:
+        """The response object as it stands, as JSON; the request's settings in it are serialised once."""
+        if self._echo_json is None:
+            self._echo_json = _dumps(self._echo)[1:-1]
+        head = {
+            "id": self.id,
+            "object": "response",
+            "created_at": self.created_at,
+            "status": status,
+            "background": False,
+            "error": error,
+            "incomplete_details": {"reason": incomplete} if incomplete else None,
+            "model": self.model,
+            "output": self._done,
+        }
+        usage = _dumps(_usage(self.usage))
+        return self._fill(_dumps(head)[:-1] + b"," + self._echo_json + b',"usage":' + usage + b"}")
 
     def _lifecycle(self, kind: str, response: bytes) -> bytes:
         """A ``response.*`` event around the response's JSON."""

@@ -517,3 +517,12 @@ def test_reasoning_asked_for_as_encrypted_content_comes_back_and_is_read_on_the_
 def test_encrypted_reasoning_from_elsewhere_is_refused_by_name() -> None:
     item = {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "gAAAAB-openai-blob"}
     assert refusal({"input": [item, {"role": "user", "content": "Hi"}]}).param == "input.0.encrypted_content"
+
+
+def test_events_are_serialised_as_json_dumps_would() -> None:
+    from sagestream.responses import _dumps
+
+    value = {"é": ["😀", 1.5, -0.0, 10**20, True, None, {"a": '\x00\n"\\'}], "n": 3}
+    assert _dumps(value) == json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+    with pytest.raises(TypeError):
+        _dumps({"x": object()})
