@@ -998,10 +998,14 @@ class ResponsesEncoder:
         where = {"item_id": item.id, "output_index": item.output_index}
         marker = "\x00" + item.id  # a NUL (escaped in JSON) and a random id: never in the answer by chance
         whole = "".join(item.parts)
-        self._texts.append((_dumps(marker), _json_string(whole).encode()))
+        text_json = _json_string(whole).encode()
+        self._texts.append((_dumps(marker), text_json))
         if item.kind == "reasoning" and self._sealed_reasoning:
             self._texts.append((_dumps("\x00sealed" + item.id), _dumps(_seal(whole))))
         done = self._item_json(item, status, marker)
+        self._done.append(done)
+        if item.kind == "message" and not self._with_logprobs:
+            return self._message_done(item, status, text_json)
         if item.kind == "message":
             text: dict[str, Any] = {**where, "content_index": 0, "text": done["content"][0]["text"]}
             text["logprobs"] = item.logprobs or []
@@ -1020,8 +1024,41 @@ class ResponsesEncoder:
                 "response.function_call_arguments.done", {**where, "name": item.name, "arguments": done["arguments"]}
             )
         out += self._event("response.output_item.done", {"output_index": item.output_index, "item": done})
-        self._done.append(done)
         return self._fill(out)
+
+    def _message_done(self, item: _Item, status: str, text_json: bytes) -> bytes:
+        """The three events that close a message item, written around its text's JSON: the end of every text
+        answer, and the longest events of the response (each repeats the whole text)."""
+        seq = self._seq
+        self._seq = seq + 3
+        item_id = b'"' + item.id.encode() + b'"'
+        where = b'"item_id":' + item_id + b',"output_index":' + str(item.output_index).encode() + b',"content_index":0'
+        part = b'{"type":"output_text","text":' + text_json + b',"annotations":[]}'
+        return (
+            b'event: response.output_text.done\ndata: {"type":"response.output_text.done",'
+            + where
+            + b',"text":'
+            + text_json
+            + b',"logprobs":[],"sequence_number":'
+            + str(seq).encode()
+            + b'}\n\nevent: response.content_part.done\ndata: {"type":"response.content_part.done",'
+            + where
+            + b',"part":'
+            + part
+            + b',"sequence_number":'
+            + str(seq + 1).encode()
+            + b'}\n\nevent: response.output_item.done\ndata: {"type":"response.output_item.done","output_index":'
+            + str(item.output_index).encode()
+            + b',"item":{"id":'
+            + item_id
+            + b',"type":"message","status":"'
+            + status.encode()
+            + b'","role":"assistant","content":['
+            + part
+            + b']},"sequence_number":'
+            + str(seq + 2).encode()
+            + b"}\n\n"
+        )
 
     def _next_index(self) -> int:
         return len(self._done) + (self._open is not None)

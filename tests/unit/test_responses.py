@@ -526,3 +526,32 @@ def test_events_are_serialised_as_json_dumps_would() -> None:
     assert _dumps(value) == json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
     with pytest.raises(TypeError):
         _dumps({"x": object()})
+
+
+def test_the_written_close_of_a_message_is_what_its_items_say() -> None:
+    writes = encode_all([Delta('Hé "x"'), Delta(" \\ y"), Delta(finish_reason="length")])
+    text_done, part_done, item_done = split(writes[2])
+    item = item_done["item"]
+    assert item == {
+        "id": item["id"],
+        "type": "message",
+        "status": "incomplete",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": 'Hé "x" \\ y', "annotations": []}],
+    }
+    where = {"item_id": item["id"], "output_index": 0, "content_index": 0}
+    assert text_done == {
+        "type": "response.output_text.done",
+        **where,
+        "text": 'Hé "x" \\ y',
+        "logprobs": [],
+        "sequence_number": text_done["sequence_number"],
+    }
+    assert part_done == {
+        "type": "response.content_part.done",
+        **where,
+        "part": item["content"][0],
+        "sequence_number": text_done["sequence_number"] + 1,
+    }
+    assert item_done["sequence_number"] == text_done["sequence_number"] + 2
+    assert split(writes[3])[-1]["response"]["output"] == [item]
