@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from sagestream.dialects import Delta, Usage
-from sagestream.responses import ResponsesEncoder, parse_responses
+from sagestream.responses import ResponsesEncoder
+from sagestream.responses_request import parse_responses
 from sagestream.sse import ChunkEncoder
 
 TARGET_RATIO = 1.10
