@@ -23,7 +23,7 @@ from pydantic import BaseModel
 
 from sagestream_local.endpoint import Record
 from sagestream_local.stack import SIM_ENDPOINT_NAME, LocalStack
-from tests.client import request
+from tests.client import gaps_ms, request
 from tests.e2e.conftest import GetStack
 
 MODEL = SIM_ENDPOINT_NAME
@@ -315,3 +315,16 @@ def test_langchain_chat_openai_with_the_responses_api(stack: LocalStack) -> None
     bound = llm.bind_tools([{"type": "function", "function": {k: v for k, v in WEATHER.items() if k != "type"}}])
     called = bound.invoke(ASK)
     assert called.tool_calls and called.tool_calls[0]["name"] == "get_weather"  # type: ignore[attr-defined]
+
+
+def test_text_deltas_arrive_at_the_endpoints_cadence_with_no_burst(stack: LocalStack) -> None:
+    """Each output_text.delta is written as its PayloadPart arrives: spread like the tokens, none bunched."""
+    assert stack.endpoint is not None
+    stack.endpoint.set_scenario(cadence_ms=25, ttft_ms=20, tokens=12)
+    resp = request(stack.url, "POST", "/v1/responses", {"input": "Hi", "stream": True})
+    deltas = [e for e in resp.events() if e.data.startswith(b"event: response.output_text.delta")]
+    sent = len(last_record(stack).tokens)
+    assert len(deltas) == sent == 12
+    spread_ms = (deltas[-1].at - deltas[0].at) * 1000
+    assert spread_ms > 0.6 * (sent - 1) * 25, f"text deltas arrived within {spread_ms:.0f} ms: held back"
+    assert sum(1 for g in gaps_ms(deltas) if g < 1.0) <= 1  # no burst: one write per delta
