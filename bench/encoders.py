@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import statistics
@@ -89,34 +90,36 @@ def compare(deltas: int = 1000, repeats: int = 31, *, count_instructions: bool =
 _PROGRAM = """
 from bench.encoders import ENCODERS, stream
 items = stream({n})
-for _ in range({repeats}):
-    {call}
+for _ in range({runs}):
+    ENCODERS[{name!r}](items)
 """
 
 
-def instructions(deltas: int, repeats: int = 3) -> dict[str, Any] | None:
+def instructions(deltas: int, repeats: int = 4) -> dict[str, Any] | None:
     """Instructions per delta of each encoder, counted by valgrind's callgrind (this machine's perf has no
-    hardware counters): one process per encoder over the same list, less one that only builds the list.
-    About a minute of CPU; None without valgrind."""
+    hardware counters): a process that runs the encoder ``1 + repeats`` times less one that runs it once, so
+    that imports and first-call costs cancel out; hash seed fixed. Some minutes of CPU; None without valgrind."""
     valgrind = shutil.which("valgrind")
     if valgrind is None:
         return None
-    counts: dict[str, int] = {}
-    calls = {"baseline": "pass", **{name: f"ENCODERS[{name!r}](items)" for name in ENCODERS}}
-    for name, call in calls.items():
-        program = _PROGRAM.format(n=deltas, repeats=repeats, call=call)
-        done = subprocess.run(
-            [valgrind, "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, "-c", program],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        found = re.search(r"Collected : (\d+)", done.stderr)
-        if done.returncode != 0 or found is None:
-            return None
-        counts[name] = int(found.group(1))
-    n = len(stream(deltas)) * repeats
-    per_delta = {name: (counts[name] - counts["baseline"]) / n for name in ENCODERS}
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    per_delta: dict[str, float] = {}
+    for name in ENCODERS:
+        counts = []
+        for runs in (1, 1 + repeats):
+            program = _PROGRAM.format(n=deltas, runs=runs, name=name)
+            done = subprocess.run(
+                [valgrind, "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, "-c", program],
+                capture_output=True,
+                text=True,
+                check=False,
+                env=env,
+            )
+            found = re.search(r"Collected : (\d+)", done.stderr)
+            if done.returncode != 0 or found is None:
+                return None
+            counts.append(int(found.group(1)))
+        per_delta[name] = (counts[1] - counts[0]) / (len(stream(deltas)) * repeats)
     return {
         **{f"{name}_per_delta": round(value) for name, value in per_delta.items()},
         "ratio": round(per_delta["responses"] / per_delta["chat"], 3),
