@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import encoders, function, report
+from bench import function, report, responses_encoder
 from bench.peers import PEERS, reset_peak_rss, status_kb
 from sagestream_local import runtime_api
 from sagestream_local.endpoint import Scenario
@@ -248,9 +248,9 @@ def main(argv: list[str] | None = None) -> int:
         "versions": _versions(),
     }
     # Side by side in this run: the Responses encoder's CPU per delta against the chat encoder's, same deltas.
-    encoder_figures = encoders.compare(1000, 11 if args.quick else 31)
-    encoder_figures["function"] = encoders.function_cpu(runs=5 if args.quick else 15)
-    print(encoders.line(encoder_figures), flush=True)
+    encoder_figures = responses_encoder.compare(1000, 11 if args.quick else 31)
+    encoder_figures["function"] = responses_encoder.function_cpu(runs=5 if args.quick else 15)
+    print(responses_encoder.line(encoder_figures), flush=True)
     clock = InitClock()
     base = Scenario(dialect="openai", non_ascii=0.1)
     stacks: dict[str, LocalStack] = {}
@@ -352,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
         "workloads": docs,
         "machine": machine,
         "cold": cold,
-        "encoders": encoder_figures,
+        "responses_encoder": encoder_figures,
         "settings": {"quick": args.quick, "workloads": specs, "notes": notes},
         "elapsed_s": round(time.monotonic() - began, 1),
     }

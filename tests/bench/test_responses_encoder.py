@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench import encoders
+from bench import responses_encoder as encoders
 
 
 def test_both_encoders_run_over_the_same_deltas_and_the_ratio_is_reported() -> None:

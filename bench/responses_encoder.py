@@ -1,6 +1,6 @@
 """The Responses encoder's CPU per delta beside the chat encoder's, on the same stream, in one run.
 
-``python -m bench.encoders [--deltas N] [--repeats R]``; ``make bench`` prints the same line. Both encoders get
+``python -m bench.responses_encoder [--deltas N] [--repeats R]``; ``make bench`` prints the same line. Both encoders get
 the same :class:`~sagestream.dialects.Delta` list (a role delta, text deltas a tenth of them non-ASCII, the
 finish and the usage), each run builds its encoder, encodes every delta and ends the stream, and the runs
 alternate (chat, responses, chat, ...) so that both see the same machine; the figure is each one's median
@@ -88,7 +88,7 @@ def compare(deltas: int = 1000, repeats: int = 31, *, count_instructions: bool =
 
 
 _PROGRAM = """
-from bench.encoders import ENCODERS, stream
+from bench.responses_encoder import ENCODERS, stream
 items = stream({n})
 for _ in range({runs}):
     ENCODERS[{name!r}](items)
@@ -190,13 +190,15 @@ def line(result: dict[str, Any]) -> str:
             f"{function['responses_us_per_delta']} us ({function['ratio']}x)"
         )
     return (
-        f"encoders: {result['deltas']} deltas, cpu/delta chat {result['chat_ns_per_delta']} ns, responses "
+        f"responses encoder: {result['deltas']} deltas, cpu/delta chat {result['chat_ns_per_delta']} ns, responses "
         f"{result['responses_ns_per_delta']} ns: {result['ratio']}x (target <= {TARGET_RATIO}x){extra}"
     )
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.encoders", description=(__doc__ or "").split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.responses_encoder", description=(__doc__ or "").split("\n")[0]
+    )
     parser.add_argument("--deltas", type=int, default=1000)
     parser.add_argument("--repeats", type=int, default=31)
     parser.add_argument("--instructions", action="store_true", help="count instructions too (valgrind, ~1 min CPU)")
