@@ -47,6 +47,7 @@ import base64
 import json
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -652,6 +653,9 @@ class ResponsesAPI:
     """``/v1/responses`` on the one pipeline: :class:`~sagestream.apis.ClientAPI`."""
 
     kind: str = "response"
+
+    def check_headers(self, headers: Mapping[str, str]) -> None:
+        return None  # OpenAI's headers (organization, project, beta) ask nothing of the relay
 
     def parse(self, raw: bytes, cfg: Config) -> Parsed:
         # Here, not at import: the request models are the Responses API's own, built by its first request.
