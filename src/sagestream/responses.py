@@ -466,7 +466,8 @@ class ResponsesEncoder:
             and delta.refusal is None
         ):
             # Most deltas are text while a message is open: the event is a template with its sequence number
-            # and the text's JSON string put in, one string encoded instead of the whole event.
+            # and the text's JSON string put in, one string encoded instead of the whole event. One bytes %
+            # is the cheapest way measured (callgrind) to put the number in: joins and concatenations cost more.
             if delta.usage is not None:
                 self.usage = delta.usage
             self._text_parts.append(delta.content)
