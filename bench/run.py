@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import encoders, function, many, report
+from bench import encoders, function, many, report, responses_encoder
 from bench.peers import PEERS, reset_peak_rss, status_kb
 from sagestream_local import runtime_api
 from sagestream_local.endpoint import Scenario
@@ -248,6 +248,10 @@ def main(argv: list[str] | None = None) -> int:
         "loadavg_before": " ".join(f"{x:.2f}" for x in os.getloadavg()),
         "versions": _versions(),
     }
+    # Side by side in this run: the Responses encoder's CPU per delta against the chat encoder's, same deltas.
+    responses_encoder_figures = responses_encoder.compare(1000, 11 if args.quick else 31)
+    responses_encoder_figures["function"] = responses_encoder.function_cpu(runs=5 if args.quick else 15)
+    print(responses_encoder.line(responses_encoder_figures), flush=True)
     clock = InitClock()
     base = Scenario(dialect="openai", non_ascii=0.1)
     stacks: dict[str, LocalStack] = {}
@@ -359,6 +363,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine,
         "cold": cold,
         "encoders": encoder_figures,
+        "responses_encoder": responses_encoder_figures,
         "settings": {"quick": args.quick, "workloads": specs, "notes": notes},
         "elapsed_s": round(time.monotonic() - began, 1),
     }

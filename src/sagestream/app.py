@@ -54,6 +54,7 @@ from sagestream.function_url import event_body, media_type
 from sagestream.messages import MESSAGES
 from sagestream.record import StreamRecord
 from sagestream.relay import relay
+from sagestream.responses import RESPONSES
 from sagestream.routing import UpstreamIds
 from sagestream.runtime import ClientDisconnected, LambdaContext, ResponseStream, WriteTimedOut
 from sagestream.sse import StreamEncoder, error_event
@@ -220,6 +221,7 @@ class App:
             *self._completion_routes("/v1/completions", COMPLETIONS),
             *self._completion_routes("/v1/messages", MESSAGES),
             Route("/v1/messages/count_tokens", ("POST",), App._count_tokens, keyed=True, api=MESSAGES),
+            *self._completion_routes("/v1/responses", RESPONSES),
             Route("/v1/models", ("GET",), App._models, keyed=True),
             *(Route(f"/v1/models/{model_id}", ("GET",), App._model, keyed=True) for model_id in config.model_ids),
             Route("/health", ("GET",), App._health),
@@ -289,6 +291,13 @@ class App:
                     f"The model '{path.removeprefix('/v1/models/')}' does not exist.",
                     code="model_not_found",
                     param="model",
+                )
+            if path.startswith("/v1/responses/"):
+                # GET/DELETE /v1/responses/{id} (and its input_items, cancel): there is no store to look in.
+                raise APIError.not_found(
+                    f"No response is stored here: this server is stateless and keeps no responses, so "
+                    f"{request.method} {request.path} has nothing to find; only POST /v1/responses is served.",
+                    code="response_not_found",
                 )
             raise APIError.not_found(f"Unknown path {request.path}.", code="unknown_url")
         if request.method not in route.methods:

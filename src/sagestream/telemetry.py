@@ -222,10 +222,11 @@ def _dimensions(record: StreamRecord, labels: Labels) -> dict[str, str]:
 
 
 def prompt_of(body: bytes) -> Any:
-    """What the request asked: its ``messages`` or ``prompt`` (only ever logged with LOG_PAYLOADS=true).
+    """What the request asked: its ``messages``, ``prompt`` or (Responses API) ``input``; only ever logged with
+    LOG_PAYLOADS=true.
 
-    >>> prompt_of(b'{"prompt": "Hi"}'), prompt_of(b"not json")
-    ('Hi', None)
+    >>> prompt_of(b'{"prompt": "Hi"}'), prompt_of(b'{"input": "Hi"}'), prompt_of(b"not json")
+    ('Hi', 'Hi', None)
     """
     try:
         data = json.loads(body)
@@ -233,7 +234,7 @@ def prompt_of(body: bytes) -> Any:
         return None
     if not isinstance(data, dict):
         return None
-    return data.get("messages", data.get("prompt"))
+    return data.get("messages", data.get("prompt", data.get("input")))
 
 
 # --- the writer ------------------------------------------------------------------------------------------

@@ -71,3 +71,30 @@ def test_the_anthropic_node_sdk_streams_a_tool_use(stack: LocalStack) -> None:
     assert block["type"] == "tool_use" and block["name"] == "get_weather"
     assert block["input"] == json.loads("".join(fragments_sent))
     assert seen["finalStopReason"] == "tool_use"
+
+
+def test_the_node_sdk_streams_a_responses_tool_call_and_its_round_trip(stack: LocalStack) -> None:
+    node = shutil.which("node")
+    if node is None or not (NODE_DIR / "node_modules" / "openai").is_dir():
+        pytest.fail("Node and the openai npm package are needed: run `make test` (it runs npm ci --prefix tests/node)")
+    assert stack.endpoint is not None
+    done = subprocess.run(
+        [node, str(NODE_DIR / "stream_response_tool_call.mjs")],
+        env={**os.environ, "SAGESTREAM_BASE_URL": stack.url + "/v1", "SAGESTREAM_MODEL": SIM_ENDPOINT_NAME},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    first = next(r for r in stack.endpoint.records if r.operation == "InvokeEndpointWithResponseStream")
+    fragments_sent = [t.text for t in first.tokens[1:]]  # token 0 is the call's head
+    assert seen["types"][:3] == ["response.created", "response.in_progress", "response.output_item.added"]
+    assert seen["types"][-1] == "response.completed" and seen["status"] == "completed"
+    assert seen["sequence"] == list(range(len(seen["types"])))
+    assert seen["fragments"] == fragments_sent and len(fragments_sent) > 3  # not re-chunked
+    assert seen["call"]["name"] == "get_weather" and seen["call"]["arguments"] == "".join(fragments_sent)
+    assert seen["finalStatus"] == "completed" and seen["finalText"]
+    sent = json.loads(stack.endpoint.records[-1].body)["messages"]
+    assert sent[-1] == {"role": "tool", "tool_call_id": seen["call"]["call_id"], "content": '{"sky": "clear"}'}

@@ -174,6 +174,7 @@ def test_the_route_table_is_the_one_place_that_says_which_routes_need_a_key(open
         "/v1/messages",
         "/v1/messages/count_tokens",
         "/v1/models",
+        "/v1/responses",
         "/v1/models/unit-llm",
     }
 

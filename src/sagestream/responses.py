@@ -1,0 +1,695 @@
+"""OpenAI's Responses API (``POST /v1/responses``), stateless, over the one pipeline.
+
+The request is modelled on the openai SDK's ``openai.types.responses.response_create_params`` field for
+field and translated into the chat-shaped :class:`~sagestream.schema.ChatCompletionRequest`, so every
+dialect builds its body from it unchanged (:func:`sagestream.dialects.upstream_body`); a refusal there
+names the Responses field (``max_output_tokens``, ``text.format``, ``input.2``), not the chat one.
+Each field is translated, echoed in the response, or refused by name; a field OpenAI does not define is
+refused as OpenAI refuses it (``Unrecognized request argument supplied``).
+
+Nothing is stored: ``previous_response_id``, ``conversation``, ``background`` and ``item_reference``
+inputs are refused with 400 naming the field; ``store: true`` (OpenAI's default) is accepted and the
+response says ``"store": false``: no object is kept for a later ``GET``, which is a 404 (``app``).
+
+The stream is OpenAI's event sequence, one :class:`ResponsesEncoder` per answer over the same
+:class:`~sagestream.dialects.Delta` objects the chat encoder reads: ``response.created`` and
+``response.in_progress`` go out in the first delta's write; each output item (``reasoning``, ``message``,
+``function_call``) is added when its first fragment arrives, its text or argument fragments go out as they
+came (one ``*.delta`` event per container fragment, never re-chunked), and it is closed (``*.done``,
+``output_item.done``) when the next item starts or the answer ends. The done events repeat the whole
+text, as the protocol asks: that text is kept, so this encoder's memory grows with the answer (bounded
+by ``max_output_tokens``), not only with the longest line.
+
+The end: ``response.completed`` with ``usage`` (the counts the container reported; ``null`` if none);
+``response.incomplete`` with ``incomplete_details.reason`` ``max_output_tokens`` for ``finish_reason:
+length`` and for the function's deadline (the chat route's ``length`` too), ``content_filter`` for
+``content_filter``; after any other fault an ``error`` event and ``response.failed`` (invariant 6: no
+``response.completed``).
+
+Environment variables read: none.
+
+Example::
+
+    >>> from sagestream.config import Config
+    >>> cfg = Config.from_env({"SAGEMAKER_ENDPOINT_NAME": "e", "AUTH_MODE": "none"})
+    >>> parsed = RESPONSES.parse(b'{"input": "Hi", "instructions": "Be brief."}', cfg)
+    >>> parsed.request.plain_messages()
+    [('system', 'Be brief.'), ('user', 'Hi')]
+    >>> encoder = ResponsesEncoder(parsed.original, model="m", id="resp_1", created_at=0)
+    >>> [event.split(b"\\n")[0] for event in encoder.encode(Delta(content="Hi")).split(b"\\n\\n")[:-1]]
+    [b'event: response.created', b'event: response.in_progress', b'event: response.output_item.added', \
+b'event: response.content_part.added', b'event: response.output_text.delta']
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from sagestream.apis import Parsed
+from sagestream.dialects import Delta, Usage
+from sagestream.errors import DEADLINE_EXCEEDED, APIError
+
+if TYPE_CHECKING:
+    from sagestream.config import Config
+    from sagestream.responses_request import ResponseCreateRequest
+
+__all__ = ["RESPONSES", "SEALED_REASONING", "ResponsesAPI", "ResponsesEncoder", "response_json", "seal", "unseal"]
+
+# A reasoning item's encrypted_content, when a client asks for it (store: false clients such as Codex do, to send
+# reasoning back on the next turn): the reasoning text itself in base64 behind this prefix. Not encrypted (the
+# client was sent the text in the clear anyway): it only has to come back here and be read.
+SEALED_REASONING = "sagestream.reasoning.v1:"
+
+
+def seal(text: str) -> str:
+    return SEALED_REASONING + base64.b64encode(text.encode()).decode()
+
+
+def unseal(sealed: str) -> str | None:
+    if not sealed.startswith(SEALED_REASONING):
+        return None
+    try:
+        return base64.b64decode(sealed[len(SEALED_REASONING) :], validate=True).decode()
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+# --- the answer ---------------------------------------------------------------------------------------------
+
+
+def _usage(usage: Usage | None) -> dict[str, Any] | None:
+    """The Responses usage object: the counts the container gave, under OpenAI's names; none invented."""
+    if usage is None:
+        return None
+    out: dict[str, Any] = {}
+    if usage.prompt_tokens is not None:
+        out["input_tokens"] = usage.prompt_tokens
+    prompt_details = usage.details.get("prompt_tokens_details")
+    if isinstance(prompt_details, dict):
+        out["input_tokens_details"] = prompt_details
+    out["output_tokens"] = usage.completion_tokens
+    completion_details = usage.details.get("completion_tokens_details")
+    if isinstance(completion_details, dict):
+        out["output_tokens_details"] = completion_details
+    if usage.total_tokens is not None:
+        out["total_tokens"] = usage.total_tokens
+    return out
+
+
+def _new_id(prefix: str) -> str:
+    return prefix + uuid.uuid4().hex
+
+
+def _not_json(obj: Any) -> Any:
+    raise TypeError(f"Object of type {type(obj).__name__} is not JSON serializable")
+
+
+# json's C encoder, made once with json.dumps(ensure_ascii=False, separators=(",", ":"))'s options and no
+# circular-reference check (events are built from JSON values): JSONEncoder.encode builds one per call, which
+# is half of what serialising a small event costs, and a response writes several per item.
+_c_make_encoder: Any = getattr(json.encoder, "c_make_encoder", None)
+_c_encode_basestring: Any = getattr(json.encoder, "c_encode_basestring", None)
+_C_ENCODER: Any = (
+    _c_make_encoder(None, _not_json, _c_encode_basestring, None, ":", ",", False, False, True)
+    if _c_make_encoder is not None and _c_encode_basestring is not None
+    else None
+)
+_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
+def _dumps(obj: Any) -> bytes:
+    """``obj`` as compact JSON bytes, as ``json.dumps(obj, ensure_ascii=False, separators=(",", ":"))``."""
+    if _C_ENCODER is not None:
+        return "".join(_C_ENCODER(obj, 0)).encode()
+    return _JSON.encode(obj).encode()
+
+
+# json's own C encoder of one string (what json.dumps(s, ensure_ascii=False) runs), without the Python frame
+# of JSONEncoder.encode around it: the text-delta path runs it once per delta.
+_json_string: Any = getattr(json.encoder, "c_encode_basestring", None) or json.encoder.encode_basestring
+
+
+def _echo(request: ResponseCreateRequest) -> dict[str, Any]:
+    """The request's settings as the response object repeats them (OpenAI's defaults where not sent)."""
+    text = request.text.model_dump(mode="json", by_alias=True, exclude_none=True) if request.text else {}
+    text.setdefault("format", {"type": "text"})
+    reasoning = request.reasoning.model_dump(mode="json", exclude_none=True) if request.reasoning else {}
+    return {
+        "instructions": request.instructions,
+        "max_output_tokens": request.max_output_tokens,
+        "metadata": dict(request.metadata or {}),
+        "parallel_tool_calls": True if request.parallel_tool_calls is None else request.parallel_tool_calls,
+        "previous_response_id": None,
+        "reasoning": {"effort": reasoning.get("effort"), "summary": reasoning.get("summary")},
+        "safety_identifier": request.safety_identifier,
+        "prompt_cache_key": request.prompt_cache_key,
+        "service_tier": request.service_tier,
+        "store": False,  # whatever was asked: nothing is kept
+        "temperature": request.temperature,
+        "text": text,
+        "tool_choice": request.tool_choice if request.tool_choice is not None else "auto",
+        "tools": list(request.tools or []),
+        "top_logprobs": request.top_logprobs,
+        "top_p": request.top_p,
+        "truncation": request.truncation or "disabled",
+        "user": request.user,
+    }
+
+
+def _response(
+    *,
+    id: str,
+    created_at: int,
+    model: str,
+    echo: dict[str, Any],
+    status: str,
+    output: list[dict[str, Any]],
+    usage: Usage | None = None,
+    error: dict[str, Any] | None = None,
+    incomplete: str | None = None,
+) -> dict[str, Any]:
+    return {
+        "id": id,
+        "object": "response",
+        "created_at": created_at,
+        "status": status,
+        "background": False,
+        "error": error,
+        "incomplete_details": {"reason": incomplete} if incomplete else None,
+        "model": model,
+        "output": output,
+        **echo,
+        "usage": _usage(usage),
+    }
+
+
+# finish_reason → the response's status and incomplete_details.reason.
+def _ending(finish_reason: str | None) -> tuple[str, str | None]:
+    if finish_reason == "length":
+        return "incomplete", "max_output_tokens"
+    if finish_reason == "content_filter":
+        return "incomplete", "content_filter"
+    return "completed", None
+
+
+def _logprobs(delta_logprobs: dict[str, Any] | None) -> list[Any]:
+    """Chat's logprobs content entries have the Responses shape already (token, logprob, bytes, top_logprobs)."""
+    if not delta_logprobs:
+        return []
+    content = delta_logprobs.get("content")
+    return list(content) if isinstance(content, list) else []
+
+
+@dataclass(slots=True)
+class _Item:
+    """One output item while it is streamed."""
+
+    kind: Literal["message", "refusal", "reasoning", "function_call"]  # a refusal is a message with a refusal part
+    id: str
+    output_index: int
+    parts: list[str]  # its text or argument fragments, for the done events
+    call_id: str = ""
+    name: str = ""
+    tool_index: int | None = None
+    logprobs: list[Any] | None = None
+
+
+class ResponsesEncoder:
+    """The SSE events of one streamed response (see the module's docstring for the sequence)."""
+
+    def __init__(
+        self,
+        request: ResponseCreateRequest,
+        *,
+        model: str,
+        pad_bytes: int = 0,
+        id: str | None = None,
+        created_at: int | None = None,
+    ) -> None:
+        self.request = request
+        self.model = model
+        self.id = id if id is not None else _new_id("resp_")
+        self.created_at = created_at if created_at is not None else int(time.time())
+        self.usage: Usage | None = None
+        self._echo = _echo(request)
+        self._echo_json: bytes | None = None
+        self._padding = b":" + b" " * (pad_bytes - 3) + b"\n\n" if pad_bytes else b""
+        self._seq = 0
+        self._started = False
+        self._open: _Item | None = None
+        self._done: list[dict[str, Any]] = []  # the finished items, in output order, each text a marker
+        # Each finished item's marker (as JSON) and its text (as JSON): the done events and the final response
+        # repeat an item's whole text, which is serialised once and put in where its marker is.
+        self._texts: list[tuple[bytes, bytes]] = []
+        self._finish: str | None = None
+        self._with_logprobs = bool(request.top_logprobs or "message.output_text.logprobs" in (request.include or ()))
+        self._sealed_reasoning = "reasoning.encrypted_content" in (request.include or ())
+        # While a message is open: its text-delta event with %d for the sequence number and %s for the text,
+        # and the list its text goes to.
+        self._text_event: bytes | None = None
+        self._text_parts: list[str] = []
+
+    # -- events
+
+    def _event(self, kind: str, body: dict[str, Any]) -> bytes:
+        seq = self._seq
+        self._seq += 1
+        return (
+            b"event: " + kind.encode() + b"\ndata: " + _dumps({"type": kind, **body, "sequence_number": seq}) + b"\n\n"
+        )
+
+    def _fill(self, data: bytes) -> bytes:
+        for marker, text in self._texts:
+            data = data.replace(marker, text)
+        return data
+
+    def _snapshot(self, status: str, *, error: dict[str, Any] | None = None, incomplete: str | None = None) -> bytes:
+        """The response object as it stands, as JSON; the request's settings in it are serialised once."""
+        if self._echo_json is None:
+            self._echo_json = _dumps(self._echo)[1:-1]
+        head = {
+            "id": self.id,
+            "object": "response",
+            "created_at": self.created_at,
+            "status": status,
+            "background": False,
+            "error": error,
+            "incomplete_details": {"reason": incomplete} if incomplete else None,
+            "model": self.model,
+            "output": self._done,
+        }
+        usage = _dumps(_usage(self.usage))
+        return self._fill(_dumps(head)[:-1] + b"," + self._echo_json + b',"usage":' + usage + b"}")
+
+    def _lifecycle(self, kind: str, response: bytes) -> bytes:
+        """A ``response.*`` event around the response's JSON."""
+        seq = self._seq
+        self._seq += 1
+        name = kind.encode()
+        return (
+            b"event: "
+            + name
+            + b'\ndata: {"type":"'
+            + name
+            + b'","response":'
+            + response
+            + b',"sequence_number":'
+            + str(seq).encode()
+            + b"}\n\n"
+        )
+
+    def _item_json(self, item: _Item, status: str, text: str) -> dict[str, Any]:
+        if item.kind == "message":
+            part: dict[str, Any] = {"type": "output_text", "text": text, "annotations": []}
+            if self._with_logprobs:
+                part["logprobs"] = item.logprobs or []
+            return {"id": item.id, "type": "message", "status": status, "role": "assistant", "content": [part]}
+        if item.kind == "refusal":
+            part = {"type": "refusal", "refusal": text}
+            return {"id": item.id, "type": "message", "status": status, "role": "assistant", "content": [part]}
+        if item.kind == "reasoning":
+            reasoning: dict[str, Any] = {
+                "id": item.id,
+                "type": "reasoning",
+                "summary": [],
+                "content": [{"type": "reasoning_text", "text": text}],
+                "status": status,
+            }
+            if self._sealed_reasoning:
+                reasoning["encrypted_content"] = None if status == "in_progress" else "\x00sealed" + item.id
+            return reasoning
+        return {
+            "id": item.id,
+            "type": "function_call",
+            "status": status,
+            "call_id": item.call_id,
+            "name": item.name,
+            "arguments": text,
+        }
+
+    def _open_item(self, item: _Item) -> bytes:
+        self._open = item
+        added = self._item_json(item, "in_progress", "")
+        if item.kind != "function_call":
+            added["content"] = []  # its part is added by the next event, as OpenAI does
+        out = self._event("response.output_item.added", {"output_index": item.output_index, "item": added})
+        if item.kind == "message":
+            part = {"type": "output_text", "text": "", "annotations": []}
+            if self._with_logprobs:
+                part["logprobs"] = []
+            out += self._event(
+                "response.content_part.added",
+                {"item_id": item.id, "output_index": item.output_index, "content_index": 0, "part": part},
+            )
+            if not self._with_logprobs:
+                self._text_event = (
+                    b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","item_id":"'
+                    + item.id.encode()
+                    + b'","output_index":'
+                    + str(item.output_index).encode()
+                    + b',"content_index":0,"delta":%s,"logprobs":[],"sequence_number":%d}\n\n'
+                    + self._padding.replace(b"%", b"%%")
+                )
+                self._text_parts = item.parts
+        elif item.kind == "refusal":
+            out += self._event(
+                "response.content_part.added",
+                {
+                    "item_id": item.id,
+                    "output_index": item.output_index,
+                    "content_index": 0,
+                    "part": {"type": "refusal", "refusal": ""},
+                },
+            )
+        elif item.kind == "reasoning":
+            out += self._event(
+                "response.content_part.added",
+                {
+                    "item_id": item.id,
+                    "output_index": item.output_index,
+                    "content_index": 0,
+                    "part": {"type": "reasoning_text", "text": ""},
+                },
+            )
+        return out
+
+    def _close(self, status: str) -> bytes:
+        item = self._open
+        if item is None:
+            return b""
+        self._open = None
+        self._text_event = None
+        where = {"item_id": item.id, "output_index": item.output_index}
+        marker = "\x00" + item.id  # a NUL (escaped in JSON) and a random id: never in the answer by chance
+        whole = "".join(item.parts)
+        text_json = _json_string(whole).encode()
+        self._texts.append((_dumps(marker), text_json))
+        if item.kind == "reasoning" and self._sealed_reasoning:
+            self._texts.append((_dumps("\x00sealed" + item.id), _dumps(seal(whole))))
+        done = self._item_json(item, status, marker)
+        self._done.append(done)
+        if item.kind == "message" and not self._with_logprobs:
+            return self._message_done(item, status, text_json)
+        if item.kind == "message":
+            text: dict[str, Any] = {**where, "content_index": 0, "text": done["content"][0]["text"]}
+            text["logprobs"] = item.logprobs or []
+            out = self._event("response.output_text.done", text)
+            out += self._event("response.content_part.done", {**where, "content_index": 0, "part": done["content"][0]})
+        elif item.kind == "refusal":
+            part = done["content"][0]
+            out = self._event("response.refusal.done", {**where, "content_index": 0, "refusal": part["refusal"]})
+            out += self._event("response.content_part.done", {**where, "content_index": 0, "part": part})
+        elif item.kind == "reasoning":
+            part = done["content"][0]
+            out = self._event("response.reasoning_text.done", {**where, "content_index": 0, "text": part["text"]})
+            out += self._event("response.content_part.done", {**where, "content_index": 0, "part": part})
+        else:
+            out = self._event(
+                "response.function_call_arguments.done", {**where, "name": item.name, "arguments": done["arguments"]}
+            )
+        out += self._event("response.output_item.done", {"output_index": item.output_index, "item": done})
+        return self._fill(out)
+
+    def _message_done(self, item: _Item, status: str, text_json: bytes) -> bytes:
+        """The three events that close a message item, written around its text's JSON: the end of every text
+        answer, and the longest events of the response (each repeats the whole text)."""
+        seq = self._seq
+        self._seq = seq + 3
+        item_id = b'"' + item.id.encode() + b'"'
+        where = b'"item_id":' + item_id + b',"output_index":' + str(item.output_index).encode() + b',"content_index":0'
+        part = b'{"type":"output_text","text":' + text_json + b',"annotations":[]}'
+        return (
+            b'event: response.output_text.done\ndata: {"type":"response.output_text.done",'
+            + where
+            + b',"text":'
+            + text_json
+            + b',"logprobs":[],"sequence_number":'
+            + str(seq).encode()
+            + b'}\n\nevent: response.content_part.done\ndata: {"type":"response.content_part.done",'
+            + where
+            + b',"part":'
+            + part
+            + b',"sequence_number":'
+            + str(seq + 1).encode()
+            + b'}\n\nevent: response.output_item.done\ndata: {"type":"response.output_item.done","output_index":'
+            + str(item.output_index).encode()
+            + b',"item":{"id":'
+            + item_id
+            + b',"type":"message","status":"'
+            + status.encode()
+            + b'","role":"assistant","content":['
+            + part
+            + b']},"sequence_number":'
+            + str(seq + 2).encode()
+            + b"}\n\n"
+        )
+
+    def _next_index(self) -> int:
+        return len(self._done) + (self._open is not None)
+
+    def encode(self, delta: Delta) -> bytes:
+        """The events for ``delta``; empty bytes if it carries nothing to send now."""
+        if (
+            self._text_event is not None
+            and delta.content
+            and delta.finish_reason is None
+            and delta.tool_calls is None
+            and delta.reasoning_content is None
+            and delta.reasoning is None
+            and delta.logprobs is None
+            and delta.refusal is None
+        ):
+            # Most deltas are text while a message is open: the event is a template with its sequence number
+            # and the text's JSON string put in, one string encoded instead of the whole event. One bytes %
+            # is the cheapest way measured (callgrind) to put the number in: joins and concatenations cost more.
+            if delta.usage is not None:
+                self.usage = delta.usage
+            self._text_parts.append(delta.content)
+            seq = self._seq
+            self._seq = seq + 1
+            return self._text_event % (_json_string(delta.content).encode(), seq)
+        return self._encode(delta)
+
+    def _encode(self, delta: Delta) -> bytes:
+        if delta.usage is not None:
+            self.usage = delta.usage
+        out = b""
+        if not self._started:
+            self._started = True
+            snapshot = self._snapshot("in_progress")
+            out = self._lifecycle("response.created", snapshot) + self._lifecycle("response.in_progress", snapshot)
+        reasoning = delta.reasoning_content if delta.reasoning_content is not None else delta.reasoning
+        if reasoning:
+            if self._open is None or self._open.kind != "reasoning":
+                out += self._close("completed")
+                out += self._open_item(_Item("reasoning", _new_id("rs_"), self._next_index(), []))
+            item = self._open
+            assert item is not None
+            item.parts.append(reasoning)
+            out += self._event(
+                "response.reasoning_text.delta",
+                {"item_id": item.id, "output_index": item.output_index, "content_index": 0, "delta": reasoning},
+            )
+        if delta.refusal:
+            if self._open is None or self._open.kind != "refusal":
+                out += self._close("completed")
+                out += self._open_item(_Item("refusal", _new_id("msg_"), self._next_index(), []))
+            item = self._open
+            assert item is not None
+            item.parts.append(delta.refusal)
+            out += self._event(
+                "response.refusal.delta",
+                {"item_id": item.id, "output_index": item.output_index, "content_index": 0, "delta": delta.refusal},
+            )
+        text = delta.content
+        if text:
+            if self._open is None or self._open.kind != "message":
+                out += self._close("completed")
+                out += self._open_item(_Item("message", _new_id("msg_"), self._next_index(), [], logprobs=[]))
+            item = self._open
+            assert item is not None
+            item.parts.append(text)
+            logprobs = _logprobs(delta.logprobs)
+            if item.logprobs is not None:
+                item.logprobs.extend(logprobs)
+            out += self._event(
+                "response.output_text.delta",
+                {
+                    "item_id": item.id,
+                    "output_index": item.output_index,
+                    "content_index": 0,
+                    "delta": text,
+                    "logprobs": logprobs,
+                },
+            )
+        for call in delta.tool_calls or ():
+            out += self._tool_fragment(call)
+        if delta.finish_reason is not None:
+            self._finish = delta.finish_reason
+            status, _ = _ending(delta.finish_reason)
+            out += self._close(status)
+        return out + self._padding if out else out
+
+    def _tool_fragment(self, call: dict[str, Any]) -> bytes:
+        out = b""
+        index = call.get("index", 0)
+        function = call.get("function") or {}
+        item = self._open
+        if item is None or item.kind != "function_call" or item.tool_index != index:
+            out += self._close("completed")
+            call_id = call.get("id") or _new_id("call_")
+            item = _Item(
+                "function_call",
+                _new_id("fc_"),
+                self._next_index(),
+                [],
+                call_id=str(call_id),
+                name=str(function.get("name") or ""),
+                tool_index=index,
+            )
+            out += self._open_item(item)
+        arguments = function.get("arguments")
+        if arguments:
+            item.parts.append(arguments)
+            out += self._event(
+                "response.function_call_arguments.delta",
+                {"item_id": item.id, "output_index": item.output_index, "delta": arguments},
+            )
+        return out
+
+    def done(self) -> bytes:
+        """``response.completed``, or ``response.incomplete`` when the answer was cut."""
+        out = self._close("completed")
+        status, reason = _ending(self._finish)
+        kind = "response.completed" if status == "completed" else "response.incomplete"
+        return out + self._lifecycle(kind, self._snapshot(status, incomplete=reason))
+
+    def error(self, err: APIError) -> bytes:
+        """After the first byte: the deadline as ``response.incomplete``; any other fault as OpenAI's ``error``
+        event and ``response.failed``."""
+        if err.code == DEADLINE_EXCEEDED:
+            # The relay closed the answer with finish_reason "length" first: what was written stays correct.
+            out = self._close("incomplete")
+            return out + self._lifecycle(
+                "response.incomplete", self._snapshot("incomplete", incomplete="max_output_tokens")
+            )
+        out = self._close("incomplete")
+        out += self._event("error", {"code": err.code, "message": err.message, "param": err.param})
+        code = "rate_limit_exceeded" if err.status == 429 else "server_error"
+        failed = self._snapshot("failed", error={"code": code, "message": err.message})
+        return out + self._lifecycle("response.failed", failed)
+
+
+def response_json(
+    answer: Delta,
+    request: ResponseCreateRequest,
+    *,
+    model: str,
+    id: str | None = None,
+    created_at: int | None = None,
+) -> bytes:
+    """The whole ``response`` object of a non-streamed answer: the same items a stream would have built."""
+    status, reason = _ending(answer.finish_reason)
+    item_status = status
+    output: list[dict[str, Any]] = []
+    reasoning = answer.reasoning_content if answer.reasoning_content is not None else answer.reasoning
+    if reasoning:
+        item: dict[str, Any] = {
+            "id": _new_id("rs_"),
+            "type": "reasoning",
+            "summary": [],
+            "content": [{"type": "reasoning_text", "text": reasoning}],
+            "status": item_status,
+        }
+        if "reasoning.encrypted_content" in (request.include or ()):
+            item["encrypted_content"] = seal(reasoning)
+        output.append(item)
+    if answer.refusal:
+        refusal = {"type": "refusal", "refusal": answer.refusal}
+        output.append(
+            {"id": _new_id("msg_"), "type": "message", "status": item_status, "role": "assistant", "content": [refusal]}
+        )
+    text = answer.content
+    if text or not (answer.tool_calls or answer.refusal):
+        part: dict[str, Any] = {"type": "output_text", "text": text, "annotations": []}
+        if request.top_logprobs or "message.output_text.logprobs" in (request.include or ()):
+            part["logprobs"] = _logprobs(answer.logprobs)
+        output.append(
+            {"id": _new_id("msg_"), "type": "message", "status": item_status, "role": "assistant", "content": [part]}
+        )
+    for call in answer.tool_calls or ():
+        function = call.get("function") or {}
+        output.append(
+            {
+                "id": _new_id("fc_"),
+                "type": "function_call",
+                "status": item_status,
+                "call_id": str(call.get("id") or _new_id("call_")),
+                "name": str(function.get("name") or ""),
+                "arguments": str(function.get("arguments") or ""),
+            }
+        )
+    return _dumps(
+        _response(
+            id=id if id is not None else _new_id("resp_"),
+            created_at=created_at if created_at is not None else int(time.time()),
+            model=model,
+            echo=_echo(request),
+            status=status,
+            output=output,
+            usage=answer.usage,
+            incomplete=reason,
+        )
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ResponsesAPI:
+    """``/v1/responses`` on the one pipeline: :class:`~sagestream.apis.ClientAPI`."""
+
+    kind: str = "response"
+
+    def check_headers(self, headers: Mapping[str, str]) -> None:
+        return None  # OpenAI's headers (organization, project, beta) ask nothing of the relay
+
+    def parse(self, raw: bytes, cfg: Config) -> Parsed:
+        # Here, not at import: the request models are the Responses API's own, built by its first request.
+        from sagestream import dialects
+        from sagestream.responses_request import parse_responses, renamed
+
+        request, chat, origins = parse_responses(
+            raw,
+            max_tokens_limit=cfg.max_tokens_limit,
+            extra_fields=cfg.extra_request_fields,
+            max_prompt_chars=cfg.max_prompt_chars,
+        )
+        try:
+            # The dialect's refusals, checked here so that they name the Responses field; app builds the body again.
+            dialects.upstream_body(
+                cfg.dialect,
+                chat,
+                prompt_template=cfg.prompt_template,
+                stream=bool(chat.stream),
+                max_tokens_default=cfg.max_tokens_limit,
+            )
+        except APIError as err:
+            raise renamed(err, origins) from None
+        return Parsed(chat, request)
+
+    def encoder(self, parsed: Parsed, cfg: Config) -> ResponsesEncoder:
+        return ResponsesEncoder(parsed.original, model=cfg.model_id, pad_bytes=cfg.sse_pad_bytes)
+
+    def whole(self, answer: Delta, parsed: Parsed, cfg: Config) -> bytes:
+        return response_json(answer, parsed.original, model=cfg.model_id)
+
+    def error_body(self, err: APIError) -> bytes:
+        return err.json_bytes()
+
+
+RESPONSES = ResponsesAPI()
