@@ -45,6 +45,7 @@ import json
 import os
 import select
 import socket
+import struct
 import sys
 import time
 import traceback
@@ -426,6 +427,13 @@ class StreamingResponse:
         except (OSError, http.client.HTTPException):
             pass  # the caller left; there is nobody to tell
         finally:
+            if self._gone:
+                # The body cannot be ended (a write timed out part-way, or the far side left): abort the
+                # connection, as the Runtime API allows. A plain close would leave the unsent bytes queued
+                # behind a stalled reader, and Lambda would wait for the body until the function timeout,
+                # killing the environment; a reset ends the invocation now and the loop goes back to /next.
+                with contextlib.suppress(OSError):
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             conn.close()
 
 

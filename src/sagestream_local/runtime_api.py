@@ -23,6 +23,7 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import errno
 import itertools
 import json
 import os
@@ -122,6 +123,17 @@ class Invocation:
             self._response_socket = sock
         if self.client_gone.is_set():
             self._drop_response()
+
+    def response_abandoned(self) -> bool:
+        """Whether the runtime reset its ``/response`` connection before the body ended, the client still
+        there: it gave up on the response (a client that stopped reading), and the invocation is over.
+
+        A reset, not a close: a process that dies closes the connection with a FIN (nothing was ever sent to
+        it there to leave unread), and that is the exit watcher's to report as a crash.
+        """
+        with self._lock:
+            sock = self._response_socket
+        return sock is not None and not self.done and not self.client_gone.is_set() and _peer_reset(sock)
 
     def leave(self) -> None:
         """The HTTP client went away: close the runtime's response connection, so its writes fail."""
@@ -251,6 +263,9 @@ class _RuntimeAPIHandler(NoDelayHandler):
             # unless the cause is known here (the client left and we dropped it; a prelude refused).
             if inv.client_gone.is_set():
                 inv.finish(FunctionError("Runtime.ClientGone", {"errorMessage": "client disconnected"}, inv.started))
+            elif isinstance(e, ConnectionResetError) and e.errno == errno.ECONNRESET:
+                # The runtime aborted its response (see Invocation.response_abandoned): no crash to wait for.
+                inv.finish(FunctionError("Runtime.ResponseAborted", {"errorMessage": str(e)}, started=inv.started))
             elif isinstance(e, PreludeError) or (code := self.server.environment.wait_for_exit(2.0)) is None:
                 inv.finish(FunctionError("Runtime.ResponseAborted", {"errorMessage": str(e)}, started=inv.started))
             else:
@@ -440,6 +455,17 @@ class ExecutionEnvironment:
         self.server.server_close()
 
 
+def _peer_reset(sock: socket.socket) -> bool:
+    """Whether the other end of ``sock`` has reset it (RST), without reading."""
+    try:
+        sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+    except ConnectionResetError:
+        return True
+    except OSError:
+        return False  # nothing to read yet (EAGAIN), or the socket is ours and closed: not a reset
+    return False
+
+
 def _peer_closed(sock: socket.socket) -> bool:
     """Whether the other end of ``sock`` has closed it (a process that died closes all its sockets)."""
     readable, _, _ = select.select([sock], [], [], 0)
@@ -523,6 +549,18 @@ class Pool:
         # The timeout runs from the moment the runtime takes the event, as Lambda's does; init has its own.
         submitted = time.time()
         while not inv.wait(0.05):
+            if inv.response_abandoned():
+                # The runtime aborted its response (it gave up on a client that stopped reading) and lives on:
+                # as Lambda does, the invocation ends here, the environment stays warm. The Runtime API thread
+                # may still be blocked writing to that client; the front cuts it once the end is pending.
+                inv.finish(
+                    FunctionError(
+                        "Runtime.ResponseAborted",
+                        {"errorMessage": "the runtime aborted the response before its end"},
+                        started=inv.started,
+                    )
+                )
+                return
             now = time.time()
             if inv.dispatched and now >= inv.deadline:
                 environment.kill()  # the watcher fails the invocation as timed out and starts a new process
