@@ -456,14 +456,15 @@ class ExecutionEnvironment:
 
 
 def _peer_reset(sock: socket.socket) -> bool:
-    """Whether the other end of ``sock`` has reset it (RST), without reading."""
+    """Whether the other end of ``sock`` has reset it (RST), without reading.
+
+    The socket's pending error, not a peek: a reset that comes while body bytes wait unread (the thread that
+    reads them is blocked writing to a stalled client) shows to a read only after those bytes.
+    """
     try:
-        sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
-    except ConnectionResetError:
-        return True
+        return sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == errno.ECONNRESET
     except OSError:
-        return False  # nothing to read yet (EAGAIN), or the socket is ours and closed: not a reset
-    return False
+        return False  # the socket is closed on our side: not the runtime's doing
 
 
 def _peer_closed(sock: socket.socket) -> bool:
