@@ -80,9 +80,10 @@ MAX_STOP_CHARS = 256
 """Each stop string is matched against the text at every step; a long one costs the container on each token."""
 MAX_JSON_DEPTH = 64
 """How deeply a request body may nest, the body itself being level 1 (so a ``response_format`` schema may
-nest 61 levels under its field). pydantic's serializer gives up at 128 levels of its own counting, in the
-upstream body build, after the request was accepted; half that leaves room for the models' wrapping, while
-real JSON Schemas nest a dozen levels at most (OpenAI's structured outputs allow 10)."""
+nest 61 levels under its field). pydantic's JSON serializer gives up at about 255 levels (its recursion
+guard), in the upstream body build, after the request was accepted: a quarter of that leaves it far out of
+reach, while real JSON Schemas nest a dozen levels at most (a schema level is two JSON levels, ``properties``
+and the property; OpenAI's structured outputs allow 10 schema levels)."""
 
 
 class _Model(BaseModel):
