@@ -157,7 +157,7 @@ def test_the_endpoint_name_may_name_one_of_the_models_endpoints() -> None:
             {
                 "MODELS": '{"a": {"endpoint": "e1"}, "b": {"endpoint": "e2", "upstream_format": "tgi"}}',
                 "EXTRA_REQUEST_FIELDS": "grammar",
-            },  # noqa: E501
+            },
             "grammar",
             "tgi",
         ),

@@ -405,7 +405,7 @@ def schema_request(schema: dict[str, Any]) -> dict[str, Any]:
                     {"type": "function", "function": {"name": "ok"}},
                     {"type": "function", "function": {"name": "f", "parameters": nested_schema(64)}},
                 ]
-            },  # noqa: E501
+            },
             "tools.1.function.parameters",
         ),
         ({"functions": [{"name": "f", "parameters": nested_schema(64)}]}, "functions.0.parameters"),
@@ -481,7 +481,7 @@ def test_a_tool_choice_that_needs_a_tool_not_there_is_a_400_naming_tool_choice(f
         {
             "tool_choice": {"type": "custom", "custom": {"name": "grep"}},
             "tools": [{"type": "custom", "custom": {"name": "grep"}}],
-        },  # noqa: E501
+        },
     ],
 )
 def test_a_tool_choice_the_tools_can_meet_parses(fields: dict[str, Any]) -> None:
