@@ -27,7 +27,6 @@ from pathlib import Path
 import pytest
 
 from sagestream_local.endpoint import Scenario, prompt_of
-from sagestream_local.function_url import MAX_CONNECTIONS
 from sagestream_local.runtime_api import ExecutionEnvironment
 from sagestream_local.stack import LocalStack
 from tests.client import StreamedResponse, request
@@ -281,7 +280,7 @@ def test_a_client_dripping_its_request_is_cut_at_the_request_deadline(stack: Loc
 
 def test_connections_beyond_the_cap_get_lambdas_429_at_once_and_no_thread(stack: LocalStack) -> None:
     assert stack.front is not None
-    cap = 6
+    cap, previous = 6, stack.front.max_connections
     stack.front.max_connections = cap
     idle: list[socket.socket] = []
     try:
@@ -301,7 +300,7 @@ def test_connections_beyond_the_cap_get_lambdas_429_at_once_and_no_thread(stack:
     finally:
         for sock in idle:
             sock.close()
-        stack.front.max_connections = MAX_CONNECTIONS
+        stack.front.max_connections = previous
     # The idle connections' threads end as they close, and the cap frees up with them.
     deadline = time.monotonic() + 5
     while stack.front.server._connections > 0 and time.monotonic() < deadline:
