@@ -5,7 +5,9 @@ with a Runtime API of its own. It takes one invocation at a time; a :class:`Pool
 function's concurrency (the Function URL front answers 429 beyond it). A process that crashes, or passes
 the function timeout, is ended and replaced, and its invocation fails as Lambda fails it. A process that
 dies while idle is replaced too, before its environment takes another invocation: each ``/next`` belongs
-to one process (its *generation*), and one from a process that has died is never given an event.
+to one process (its *generation*), and one from a process that has died is never given an event. A
+runtime that aborts its ``/response`` (a reset: it gave up on a client that stopped reading) ends that
+invocation at once (``Runtime.ResponseAborted``) and keeps its environment, as Lambda does.
 
 A response streams straight through: the Runtime API thread that reads a chunk from the runtime's
 ``/response`` body hands it to the invocation's :class:`Sink` in the same thread, which writes it to
