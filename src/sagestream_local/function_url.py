@@ -430,6 +430,9 @@ class _FrontServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
     front: FunctionURL
+    # socketserver listens with a backlog of 5: a burst of connections would wait in the kernel for seconds
+    # (SYN retries) rather than be served or refused at once.
+    request_queue_size = 128
     _connections = 0
     _counting = threading.Lock()
 
