@@ -116,10 +116,18 @@ def _chat_records(lines: list[Line]) -> list[dict[str, Any]]:
 
 
 def _invocation_lines(stack: Stack, mark: int, timeout: float = 10) -> tuple[dict[str, Any], list[Line]]:
-    """The one chat invocation's log record since ``mark`` (a warm-up's may come too), and the lines."""
-    lines = stack.out.wait(mark, lambda got: finished(got) and bool(_chat_records(got)), timeout=timeout)
+    """The one chat invocation's log record since ``mark`` (a warm-up's may come too), and its EMF lines."""
+
+    def chat_finished(got: list[Line]) -> bool:
+        records = _chat_records(got)
+        return bool(records) and any(
+            x.data.get("function_request_id") == records[0]["function_request_id"] for x in emf(got, "DeadlineStops")
+        )
+
+    lines = stack.out.wait(mark, lambda got: finished(got) and chat_finished(got), timeout=timeout)
     (record,) = _chat_records(lines)
-    return record, lines
+    own = record["function_request_id"]
+    return record, [x for x in lines if isinstance(x.data, dict) and x.data.get("function_request_id") == own]
 
 
 # --- whole answers end at the deadline -----------------------------------------------------------------------
