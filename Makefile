@@ -36,7 +36,7 @@ help:
 	@echo "make deploy    sam build and sam deploy --config-env $(ENV) (ENV=dev|prod|managed, see samconfig.toml)"
 	@echo "make bench     side-by-side benchmark into bench/results (QUICK=1: under a minute)"
 	@echo "make measure   TTFT, bursts and cadence of a URL (URL=... RUNS=3 SIGV4=1 API_KEY=... PROMPT_CACHE_KEY=...)"
-	@echo "make verify    check a deployment: PASS/FAIL/UNKNOWN per behaviour (URL=... SIGV4=1 API_KEY=... ORIGIN=... LOG_GROUP=...)"
+	@echo "make verify    check a deployment: PASS/FAIL/UNKNOWN per behaviour (URL=... SIGV4=1 API_KEY=... ORIGIN=... LOG_GROUP=... MODEL=...)"
 
 install: $(VENV)/.installed
 
@@ -97,8 +97,8 @@ measure: install
 	$(PY) -m sagestream_local.measure "$(URL)" --runs $(RUNS) $(if $(SIGV4),--sigv4) $(if $(API_KEY),--api-key "$(API_KEY)") $(if $(PROMPT_CACHE_KEY),--prompt-cache-key "$(PROMPT_CACHE_KEY)") $(if $(JSON),--json)
 
 verify: install
-	@test -n "$(URL)" || { echo "make verify URL=https://....lambda-url.REGION.on.aws/ [SIGV4=1] [API_KEY=...] [ORIGIN=https://app.example] [LOG_GROUP=/aws/lambda/NAME]" >&2; exit 1; }
-	$(PY) -m sagestream_local.verify "$(URL)" $(if $(SIGV4),--sigv4) $(if $(API_KEY),--api-key "$(API_KEY)") $(if $(ORIGIN),--origin "$(ORIGIN)") $(if $(LOG_GROUP),--log-group "$(LOG_GROUP)") $(if $(JSON),--json)
+	@test -n "$(URL)" || { echo "make verify URL=https://....lambda-url.REGION.on.aws/ [SIGV4=1] [API_KEY=...] [ORIGIN=https://app.example] [LOG_GROUP=/aws/lambda/NAME] [MODEL=...]" >&2; exit 1; }
+	$(PY) -m sagestream_local.verify "$(URL)" $(if $(SIGV4),--sigv4) $(if $(API_KEY),--api-key "$(API_KEY)") $(if $(ORIGIN),--origin "$(ORIGIN)") $(if $(LOG_GROUP),--log-group "$(LOG_GROUP)") $(if $(MODEL),--model "$(MODEL)") $(if $(JSON),--json)
 
 # sam local invoke runs the artifact in a Lambda container image; without a Docker engine it cannot.
 invoke-sam: $(SAM_VENV)/.installed

@@ -229,6 +229,7 @@ class App:
         if config.serve_ui:
             routes += [Route("/", ("GET",), App._page), Route("/index.html", ("GET",), App._page)]
         self.routes: dict[str, Route] = {route.path: route for route in routes}
+        self._margin_checked = False
 
     @staticmethod
     def _completion_routes(path: str, api: ClientAPI) -> list[Route]:
@@ -250,6 +251,8 @@ class App:
         writer = Writer(stream, context.aws_request_id)
         call = Call(request, writer, context, record)
         with self.telemetry.bind(context.aws_request_id, request.url_request_id):
+            if not self._margin_checked:
+                self._check_margin(context)
             try:
                 self.dispatch(call)
             except APIError as err:
@@ -269,6 +272,23 @@ class App:
                 if stream.started:
                     stream.close()  # the client has the whole answer before anything below runs
                 self.telemetry.finish(record, request_id=context.aws_request_id, function_name=context.function_name)
+
+    def _check_margin(self, context: LambdaContext) -> None:
+        """Warn once, at the environment's first invocation, when DEADLINE_MARGIN_MS leaves no time to answer.
+
+        Lambda tells a function its timeout nowhere at init (no environment variable carries it); the first
+        invocation's remaining time is that timeout, less the moment since it began. A margin at or above it
+        makes every streamed or whole answer a 504 ``deadline_exceeded``.
+        """
+        self._margin_checked = True
+        remaining = context.get_remaining_time_in_millis()
+        if self.config.deadline_margin_ms >= remaining:
+            logger.warning(
+                "DEADLINE_MARGIN_MS=%d is at or above the function timeout (about %d ms): every completion will "
+                "end in a 504 deadline_exceeded. Lower DEADLINE_MARGIN_MS or raise the function timeout.",
+                self.config.deadline_margin_ms,
+                remaining,
+            )
 
     def dispatch(self, call: Call) -> None:
         """The route for the request's path and method, after the key check; a 404 or 405 if there is none."""

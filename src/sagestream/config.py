@@ -53,7 +53,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from sagestream import prompts
-from sagestream.dialects import Dialect, dialect_named
+from sagestream.dialects import COMPUTED_FIELDS, Dialect, dialect_named
 from sagestream.sse import MIN_PAD_BYTES
 
 _TRUE = ("1", "true", "yes", "on")
@@ -188,6 +188,25 @@ def parse_models(text: str, *, defaults: ModelTarget) -> tuple[ModelTarget, ...]
             )
         )
     return tuple(targets)
+
+
+def _check_extra_fields(extra_fields: frozenset[str], targets: tuple[ModelTarget, ...]) -> None:
+    """Refuse an ``EXTRA_REQUEST_FIELDS`` name the function sets or limits in some served model's upstream body.
+
+    >>> _check_extra_fields(frozenset({"top_k", "max_new_tokens"}), (ModelTarget("m", "e", "tgi"),))
+    Traceback (most recent call last):
+    ...
+    sagestream.config.ConfigError: EXTRA_REQUEST_FIELDS names max_new_tokens, which the function sets or limits ...
+    """
+    for target in targets:
+        clash = sorted(extra_fields & COMPUTED_FIELDS[target.dialect])
+        if clash:
+            model = f" (model {target.model_id!r})" if len(targets) > 1 else ""
+            raise ConfigError(
+                f"EXTRA_REQUEST_FIELDS names {', '.join(clash)}, which the function sets or limits in the upstream "
+                f"body itself for UPSTREAM_FORMAT={target.dialect}{model}: a client could override it "
+                "(MAX_TOKENS_LIMIT, details). Remove it from EXTRA_REQUEST_FIELDS."
+            )
 
 
 def read_parameter(name: str) -> str:
@@ -392,6 +411,7 @@ class Config:
                     "unset it, or name one of theirs"
                 )
             endpoint, model_id = models[0].endpoint_name, models[0].model_id
+        _check_extra_fields(extra_fields, models or (ModelTarget(model_id or "", endpoint or "", dialect),))
         assert endpoint is not None
         config = cls(
             endpoint_name=endpoint,

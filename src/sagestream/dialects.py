@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from sagestream.schema import ChatCompletionRequest, CompletionRequest
 
 __all__ = [
+    "COMPUTED_FIELDS",
     "DIALECTS",
     "DecodeError",
     "Delta",
@@ -593,6 +594,53 @@ _NO_OP: dict[str, tuple[Any, ...]] = {
 }
 
 
+# The fields of the upstream body the function sets or limits itself, per dialect (on tgi and lmi, inside
+# ``parameters``, where the vendor fields go). A vendor field (EXTRA_REQUEST_FIELDS) may never take one of
+# these names: sagestream.config refuses them at init, and the body build never lets one replace them.
+COMPUTED_FIELDS: dict[Dialect, frozenset[str]] = {
+    "openai": frozenset(
+        {"model", "messages", "prompt", "stream", "stream_options", "max_tokens", "max_completion_tokens"}
+    ),
+    "tgi": frozenset(
+        {
+            "details",
+            "max_new_tokens",
+            "do_sample",
+            "temperature",
+            "top_p",
+            "stop",
+            "seed",
+            "frequency_penalty",
+            "top_n_tokens",
+            "grammar",
+        }
+    ),
+    "lmi": frozenset(
+        {
+            "details",
+            "max_new_tokens",
+            "do_sample",
+            "temperature",
+            "top_p",
+            "stop_sequences",
+            "seed",
+            "frequency_penalty",
+            "presence_penalty",
+        }
+    ),
+}
+
+
+def _add_vendor_fields(
+    request: ChatCompletionRequest | CompletionRequest, dialect: Dialect, fields: dict[str, Any]
+) -> None:
+    """The request's EXTRA_REQUEST_FIELDS into ``fields``; never in place of one the function sets or limits."""
+    for name, value in request.vendor_fields.items():
+        if name in COMPUTED_FIELDS[dialect] or name in fields:
+            _refuse(name, "the function sets this field itself, so EXTRA_REQUEST_FIELDS may not name it", dialect)
+        fields[name] = value
+
+
 def _refuse(field: str, reason: str, dialect: Dialect) -> NoReturn:
     raise APIError.invalid_request(
         f"'{field}' is not supported by this endpoint (UPSTREAM_FORMAT={dialect}): {reason}.",
@@ -688,7 +736,7 @@ def upstream_body(
         if grammar is not None:  # tgi only: lmi refused json formats above
             parameters["grammar"] = grammar
     # EXTRA_REQUEST_FIELDS (top_k, repetition_penalty, ...) are generate parameters for these containers.
-    parameters.update(request.vendor_fields)
+    _add_vendor_fields(request, dialect, parameters)
     return {"inputs": prompt, "parameters": parameters, "stream": stream}
 
 
@@ -771,5 +819,5 @@ def _openai_body(
     if max_tokens is not None:
         # max_tokens is the name every OpenAI-compatible server knows; max_completion_tokens is newer.
         body["max_tokens"] = max_tokens
-    body.update(request.vendor_fields)
+    _add_vendor_fields(request, "openai", body)
     return body

@@ -12,6 +12,9 @@ this module speaks it directly, as the published Runtime API describes it:
   the ``Lambda-Runtime-Function-Error-Type`` and ``Lambda-Runtime-Function-Error-Body`` trailers (AWS
   documents them as the way to report a failure once the response has begun, and says Lambda treats such
   a response as a success: they do not count in the ``Errors`` metric);
+- a response the handler gave up on (a write that could not finish before the deadline: the caller stopped
+  reading) cannot end cleanly, so its connection is aborted (a reset), which ends the invocation at once; the
+  loop then goes back to ``/next`` with the execution environment intact;
 - ``POST /2018-06-01/runtime/invocation/{id}/error`` for a failure before anything was written;
 - ``POST /2018-06-01/runtime/init/error`` when the handler cannot be loaded, and the process exits.
 
@@ -61,6 +64,7 @@ import os
 import select
 import signal
 import socket
+import struct
 import sys
 import threading
 import time
@@ -480,6 +484,13 @@ class StreamingResponse:
         except (OSError, http.client.HTTPException):
             pass  # the caller left; there is nobody to tell
         finally:
+            if self._gone:
+                # The body cannot be ended (a write timed out part-way, or the far side left): abort the
+                # connection, as the Runtime API allows. A plain close would leave the unsent bytes queued
+                # behind a stalled reader, and Lambda would wait for the body until the function timeout,
+                # killing the environment; a reset ends the invocation now and the loop goes back to /next.
+                with contextlib.suppress(OSError):
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             conn.close()
 
 

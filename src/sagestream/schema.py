@@ -56,6 +56,7 @@ from pydantic_core import ErrorDetails
 from sagestream.errors import APIError
 
 __all__ = [
+    "MAX_JSON_DEPTH",
     "MAX_STOP_CHARS",
     "MAX_STOP_STRINGS",
     "AssistantMessage",
@@ -77,6 +78,12 @@ MAX_STOP_STRINGS = 4
 """OpenAI's own limit on ``stop``."""
 MAX_STOP_CHARS = 256
 """Each stop string is matched against the text at every step; a long one costs the container on each token."""
+MAX_JSON_DEPTH = 64
+"""How deeply a request body may nest, the body itself being level 1 (so a ``response_format`` schema may
+nest 61 levels under its field). pydantic's JSON serializer gives up at about 255 levels (its recursion
+guard), in the upstream body build, after the request was accepted: a quarter of that leaves it far out of
+reach, while real JSON Schemas nest a dozen levels at most (a schema level is two JSON levels, ``properties``
+and the property; OpenAI's structured outputs allow 10 schema levels)."""
 
 
 class _Model(BaseModel):
@@ -493,7 +500,36 @@ def parse_chat(
     name = "max_completion_tokens" if request.max_completion_tokens is not None else "max_tokens"
     _check_max_tokens(request, name, max_tokens_limit)
     _check_prompt_size(request, "messages", max_prompt_chars)
+    _check_tool_choice(request)
     return request
+
+
+def _check_tool_choice(request: ChatCompletionRequest) -> None:
+    """As OpenAI: a ``tool_choice`` that requires a tool needs ``tools``, and a named one must be among them."""
+    choice = request.tool_choice
+    if choice is None or choice in ("none", "auto") or isinstance(choice, AllowedToolsChoice):
+        return
+    tools = request.tools or []
+    if not tools:
+        raise APIError.invalid_request(
+            "Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' are specified.",
+            param="tool_choice",
+            code="invalid_value",
+        )
+    if isinstance(choice, NamedToolChoice):
+        names = {tool.function.name for tool in tools if isinstance(tool, FunctionTool)}
+        kind, name = "function", choice.function.name
+    elif isinstance(choice, NamedCustomToolChoice):
+        names = {str(getattr(tool.custom, "name", "")) for tool in tools if isinstance(tool, CustomTool)}
+        kind, name = "custom tool", choice.custom.name
+    else:
+        return  # "required": any of the tools
+    if name not in names:
+        raise APIError.invalid_request(
+            f"Invalid value for 'tool_choice': the {kind} '{name}' is not in 'tools'.",
+            param="tool_choice",
+            code="invalid_value",
+        )
 
 
 def parse_completion(
@@ -526,6 +562,7 @@ def _parse(model: type[_RequestT], body: bytes, extra_fields: Collection[str]) -
         raise APIError.invalid_request(
             "The request body is not valid JSON (a \\u escape is an unpaired UTF-16 surrogate).", code="invalid_json"
         )
+    _check_depth(body, data)
     # A vendor extra is one the deployment allows and OpenAI's request does not define.
     vendor = {key: data.pop(key) for key in list(data) if key in extra_fields and key not in model.model_fields}
     try:
@@ -536,6 +573,60 @@ def _parse(model: type[_RequestT], body: bytes, extra_fields: Collection[str]) -
         raise APIError.invalid_request("The request body is nested too deeply.", code="invalid_json") from None
     request._vendor_fields = vendor
     return request
+
+
+# The free-form fields (JSON Schemas, relayed objects) where a deep nesting lives, "*" standing for a list index:
+# a body nested too deeply is refused naming the field, not the path into it.
+_FREE_FORM = (
+    ("response_format", "json_schema", "schema"),
+    ("tools", "*", "function", "parameters"),
+    ("tools", "*", "custom"),
+    ("functions", "*", "parameters"),
+    ("tool_choice", "allowed_tools"),
+)
+
+
+def _check_depth(body: bytes, data: dict[str, Any]) -> None:
+    """A 400 naming the field when the body nests deeper than :data:`MAX_JSON_DEPTH`.
+
+    Decided here, before any work: pydantic would accept the request and then fail to serialise it for the
+    endpoint ("Maximum serialization depth exceeded"), a 500 a client could cause at will.
+
+    >>> _check_depth(b"{}", {"tools": [{"function": {"parameters": {"a": {}}}}]}) is None
+    True
+    """
+    if body.count(b"{") + body.count(b"[") < MAX_JSON_DEPTH:
+        return  # cannot nest that deep: no walk
+    pending: list[tuple[Any, int, tuple[str, ...]]] = [(data, 1, ())]
+    while pending:
+        value, depth, path = pending.pop()
+        if depth > MAX_JSON_DEPTH:
+            field = _field_of(path)
+            raise APIError.invalid_request(
+                f"'{field}' is nested too deeply: a request may nest at most {MAX_JSON_DEPTH} levels of objects "
+                "and arrays.",
+                param=field,
+                code="invalid_value",
+            )
+        items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+        pending.extend((child, depth + 1, (*path, str(key))) for key, child in items if isinstance(child, dict | list))
+
+
+def _field_of(path: tuple[str, ...]) -> str:
+    """The field a deep path is in: a free-form field of :data:`_FREE_FORM`, else the top-level field.
+
+    >>> _field_of(("tools", "3", "function", "parameters", "properties", "a"))
+    'tools.3.function.parameters'
+    >>> _field_of(("top_k", "0", "0"))
+    'top_k'
+    """
+    for pattern in _FREE_FORM:
+        head = path[: len(pattern)]
+        if len(head) < len(pattern):
+            continue
+        if all(p == h or (p == "*" and h.isdigit()) for p, h in zip(pattern, head, strict=True)):
+            return ".".join(head)
+    return path[0] if path else "body"
 
 
 def _has_lone_surrogate(data: object) -> bool:

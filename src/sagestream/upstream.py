@@ -6,9 +6,11 @@ response that holds every frame back until the block fills or the stream ends. H
 response is read with ``read1``, which returns whatever the socket has (chunked or not), and botocore's
 own ``EventStreamBuffer`` and parser turn those bytes into events, so that decoding stays botocore's.
 
-The function's own time limit is an upstream fault like the others: :class:`PayloadParts` is given the
-deadline, bounds each socket read by the time left, and raises :class:`DeadlineReached` when it comes.
-No other thread is involved.
+The function's own time limit is an upstream fault like the others, for a stream and a whole answer alike:
+every socket read of a call waits at most until the deadline, and :class:`DeadlineReached` is raised when it
+comes. The wait for the answer's head is bounded through botocore's per-request ``read_timeout`` (a
+``before-send`` hook that reads the call's deadline from a context variable); each read of the body by
+:class:`_DeadlineReads` setting the socket's timeout to the time left. No other thread is involved.
 
 :func:`error_from` is where faults get statuses: botocore's and urllib3's exceptions, SageMaker's error
 codes, the parsers' own exceptions (:mod:`sagestream.lines`, :mod:`sagestream.dialects`) and the deadline
@@ -34,12 +36,14 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
 import re
 import time
 from collections.abc import Callable, Iterator, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -65,6 +69,8 @@ _READ_SIZE = 64 * 1024
 # After the last PayloadPart the end of the body (a chunked terminator) is already here or a moment away.
 _END_READ_BYTES = 1024
 _END_WAIT_S = 0.005
+# A retry needs at least this much time before the deadline to be worth asking for.
+_RETRY_FLOOR_S = 0.1
 _GENERIC_500 = "The server could not call the model endpoint. The operator can find the reason in the function's log."
 
 
@@ -288,7 +294,7 @@ def make_client(config: Config) -> Any:
     transfer layers that a cold start would pay for and this function never uses.
     """
     session = botocore.session.get_session()
-    return session.create_client(
+    client = session.create_client(
         "sagemaker-runtime",
         config=botocore.config.Config(
             connect_timeout=config.connect_timeout_s,
@@ -310,6 +316,41 @@ def make_client(config: Config) -> Any:
             max_pool_connections=max(10, int(os.environ.get("AWS_LAMBDA_MAX_CONCURRENCY") or 1)),
         ),
     )
+    # The deadline bounds the wait for the answer's head too, and stops retries that would outlive it.
+    client.meta.events.register(
+        "before-send.sagemaker-runtime", functools.partial(_bound_by_deadline, read_timeout_s=config.read_timeout_s)
+    )
+    client.meta.events.register_first("needs-retry.sagemaker-runtime", _no_retry_past_deadline)
+    return client
+
+
+# The deadline (a time.monotonic() value) of the call this thread or task is making, for the client's hooks.
+_call_deadline: ContextVar[float | None] = ContextVar("sagestream_upstream_deadline", default=None)
+
+
+def _bound_by_deadline(request: Any, *, read_timeout_s: float, **_: Any) -> None:
+    """``before-send``: this attempt waits for the answer's head at most until the call's deadline.
+
+    botocore's per-request ``read_timeout`` (the request context's) replaces the client's for this attempt.
+    """
+    deadline = _call_deadline.get()
+    if deadline is None:
+        return
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise DeadlineReached()  # not retryable: botocore raises it from the call
+    context = getattr(request, "context", None)
+    if context is not None:
+        context["read_timeout"] = min(read_timeout_s, left)
+
+
+def _no_retry_past_deadline(response: Any = None, caught_exception: Any = None, **_: Any) -> None:
+    """``needs-retry``, before botocore's own handler: a failed attempt at the deadline is the deadline's 504,
+    not a retry sent to the endpoint with no time to answer."""
+    deadline = _call_deadline.get()
+    failed = caught_exception is not None or (response is not None and response[0].status_code >= 300)
+    if deadline is not None and failed and deadline - time.monotonic() <= _RETRY_FLOOR_S:
+        raise DeadlineReached()
 
 
 def _call_args(config: Config, body: bytes, ids: UpstreamIds | None) -> dict[str, Any]:
@@ -342,14 +383,67 @@ def invoke(
     deadline's 504 is raised, as for a stream.
     """
     _check_deadline(deadline)
+    token = _call_deadline.set(deadline)
     try:
         response = client.invoke_endpoint(**_call_args(config, body, ids))
-        return bytes(response["Body"].read())
+        return _DeadlineReads(response["Body"], deadline=deadline, read_timeout_s=config.read_timeout_s).read_all()
     except Exception as exc:
-        raise error_from(exc) from exc
+        cut = deadline is not None and time.monotonic() >= deadline  # a read cut by the deadline's own timeout
+        raise error_from(DeadlineReached() if cut else exc) from exc
+    finally:
+        _call_deadline.reset(token)
 
 
-class PayloadParts:
+class _DeadlineReads:
+    """The socket reads of one answer's body, each waiting at most until the deadline (and the read timeout).
+
+    ``body`` is botocore's ``StreamingBody`` or ``EventStream``: both keep the urllib3 response private, the one
+    place to read with ``read1`` (whatever the socket has) rather than a read that waits for a whole block.
+    """
+
+    def __init__(self, body: Any, *, deadline: float | None = None, read_timeout_s: float = 60.0) -> None:
+        self._body = body
+        self._raw = body._raw_stream
+        self._deadline = deadline
+        self._read_timeout_s = read_timeout_s
+        self._timeout_set: float | None = None  # what the socket's timeout was last set to, here
+        self.read_at: float | None = None  # time.monotonic() when the last socket read returned
+
+    def read_all(self) -> bytes:
+        """The whole body (a non-streaming answer); :class:`DeadlineReached` if it has not ended by then."""
+        data = bytearray()
+        try:
+            while True:
+                self._bound_next_read()
+                piece = self._raw.read1(_READ_SIZE)
+                if not piece:
+                    return bytes(data)
+                data += piece
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self._body.close()  # half read: the connection cannot go back to the pool
+            raise
+
+    def _bound_next_read(self) -> None:
+        """Raise :class:`DeadlineReached` if it has come; else let the next read wait only until it."""
+        if self._deadline is None:
+            return
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise DeadlineReached()
+        timeout = min(self._read_timeout_s, left)
+        if timeout == self._timeout_set:
+            return  # the read timeout, until the deadline is nearer than that: set once, not per read
+        sock = self._socket()
+        if sock is not None:
+            sock.settimeout(timeout)
+            self._timeout_set = timeout
+
+    def _socket(self) -> Any:
+        return getattr(getattr(self._raw, "connection", None), "sock", None)
+
+
+class PayloadParts(_DeadlineReads):
     """The ``PayloadPart`` bytes of one ``InvokeEndpointWithResponseStream`` answer, as they arrive.
 
     Iterating yields each part's bytes once its frame is complete, before anything more is read.
@@ -360,13 +454,8 @@ class PayloadParts:
     """
 
     def __init__(self, event_stream: Any, *, deadline: float | None = None, read_timeout_s: float = 60.0) -> None:
+        super().__init__(event_stream, deadline=deadline, read_timeout_s=read_timeout_s)
         self._event_stream = event_stream
-        self.read_at: float | None = None  # time.monotonic() when the last socket read returned
-        # botocore keeps the urllib3 response private; it is the one place to read without its 64 KiB reads.
-        self._raw = event_stream._raw_stream
-        self._deadline = deadline
-        self._read_timeout_s = read_timeout_s
-        self._timeout_set: float | None = None  # what the socket's timeout was last set to, here
         self._closed = False
 
     def __iter__(self) -> Iterator[bytes]:
@@ -398,24 +487,6 @@ class PayloadParts:
             if self._deadline is not None and time.monotonic() >= self._deadline:
                 raise DeadlineReached() from exc  # the read was cut by the deadline's own timeout
             raise error_from(exc) from exc
-
-    def _bound_next_read(self) -> None:
-        """Raise :class:`DeadlineReached` if it has come; else let the next read wait only until it."""
-        if self._deadline is None:
-            return
-        left = self._deadline - time.monotonic()
-        if left <= 0:
-            raise DeadlineReached()
-        timeout = min(self._read_timeout_s, left)
-        if timeout == self._timeout_set:
-            return  # the read timeout, until the deadline is nearer than that: set once, not per read
-        sock = self._socket()
-        if sock is not None:
-            sock.settimeout(timeout)
-            self._timeout_set = timeout
-
-    def _socket(self) -> Any:
-        return getattr(getattr(self._raw, "connection", None), "sock", None)
 
     def close(self) -> None:
         if not self._closed:
@@ -477,8 +548,12 @@ def open_stream(
     endpoint is not called and the deadline's 504 is raised.
     """
     _check_deadline(deadline)
+    token = _call_deadline.set(deadline)
     try:
         response = client.invoke_endpoint_with_response_stream(**_call_args(config, body, ids))
     except Exception as exc:
-        raise error_from(exc) from exc
+        cut = deadline is not None and time.monotonic() >= deadline  # the wait for the head was cut by the deadline
+        raise error_from(DeadlineReached() if cut else exc) from exc
+    finally:
+        _call_deadline.reset(token)
     return PayloadParts(response["Body"], deadline=deadline, read_timeout_s=config.read_timeout_s)

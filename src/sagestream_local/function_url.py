@@ -15,7 +15,12 @@ began. Under faults it holds what a Function URL holds:
 - one writer per client connection: a timeout or a crash ends the body between two chunks, never inside one;
 - a client that half-closes after its request (``shutdown(SHUT_WR)``) keeps its stream; one that resets,
   or whose socket stops taking bytes for ``idle_timeout_s``, is gone;
-- a connection idle for ``idle_timeout_s`` before or inside its request is closed.
+- a request's whole head and body must arrive within ``idle_timeout_s`` of the wait for it starting (a
+  deadline, not a per-read timeout: a client dripping a byte at a time cannot hold a connection for ever);
+  a connection that sends nothing in that time is closed, one caught inside its body gets a 400;
+- at most ``max_connections`` client connections are served at once (one thread each): a connection beyond
+  that is answered Lambda's throttle, 429 ``TooManyRequestsException``, and closed, without a thread;
+- a client that resets an idle keep-alive connection is normal life: logged at debug, no traceback.
 
 Example::
 
@@ -26,7 +31,9 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import io
 import json
+import logging
 import queue
 import re
 import select
@@ -54,11 +61,15 @@ THROTTLE_HEADERS = {"Content-Type": "application/json", "x-amzn-ErrorType": "Too
 # bookkeeping into a 429, while a request beyond the concurrency is still refused rather than queued.
 ADMISSION_GRACE_S = 0.5
 IDLE_TIMEOUT_S = 60.0
+# Client connections served at once, each by one thread; more idle ones would exhaust the process's threads.
+MAX_CONNECTIONS = 256
 # Once an invocation has ended, how long a client's stalled socket may hold back the end of its body.
 _END_GRACE_S = 1.0
 _DECIMAL = re.compile(rb"[0-9]{1,19}")
 _HEX = re.compile(rb"[0-9A-Fa-f]{1,15}")
 _MAX_TRAILERS = 64
+
+logger = logging.getLogger(__name__)
 
 # A hook that may answer a request itself (CORS preflight, say) before it reaches the function:
 # it returns (status, headers, body) or None.
@@ -267,6 +278,31 @@ class _ClientSink:
             self._sock.shutdown(socket.SHUT_RDWR)
 
 
+class _RequestReads(io.RawIOBase):
+    """The client connection's reads, each waiting at most until the request's deadline (when one is set).
+
+    http.server reads the head line by line and the body is read here, each read with the socket's timeout:
+    a per-read timeout that a client sending one byte at a time never reaches. Setting the timeout to the
+    time left before every read makes it a deadline for the whole request instead.
+    """
+
+    def __init__(self, sock: socket.socket) -> None:
+        super().__init__()
+        self._sock = sock
+        self.deadline: float | None = None
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        if self.deadline is not None:
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("the request did not arrive before its deadline")
+            self._sock.settimeout(left)
+        return self._sock.recv_into(b)
+
+
 class _FrontHandler(NoDelayHandler):
     server: _FrontServer
 
@@ -274,6 +310,19 @@ class _FrontHandler(NoDelayHandler):
         super().setup()
         # Lambda's front closes a connection that sends nothing (or stops mid-request) for a while; the same
         # timeout bounds a send to a client that stopped reading, so no thread waits on a socket for ever.
+        self.connection.settimeout(self.server.front.idle_timeout_s)
+        self.rfile.close()  # socketserver's own, unread: it would hold the socket open after the connection ends
+        self._reads = _RequestReads(self.connection)
+        self.rfile = io.BufferedReader(self._reads)
+
+    def handle_one_request(self) -> None:
+        # The head and body of the next request, from the moment it is waited for, have one deadline.
+        self._reads.deadline = time.monotonic() + self.server.front.idle_timeout_s
+        super().handle_one_request()
+
+    def _request_read(self) -> None:
+        """The request has arrived: sends to the client are bounded by the idle timeout again, not its rest."""
+        self._reads.deadline = None
         self.connection.settimeout(self.server.front.idle_timeout_s)
 
     def log_message(self, format: str, *args: Any) -> None:
@@ -305,9 +354,11 @@ class _FrontHandler(NoDelayHandler):
         except Malformed as e:
             self._refuse(400, f"Bad Request: {e}")
             return
-        except OSError:  # the client stalled past the idle timeout, or reset, inside its body
+        except OSError:  # the client stalled past the request's deadline, or reset, inside its body
+            self._request_read()
             self._refuse(400, "Bad Request: the request body did not arrive")
             return
+        self._request_read()
         if front.interceptor is not None:
             answer = front.interceptor(self.command, raw_path, self.headers)
             if answer is not None:
@@ -382,6 +433,60 @@ class _FrontServer(ThreadingHTTPServer):
     # would overflow it and see resets; a Function URL takes them all.
     request_queue_size = 256
     front: FunctionURL
+    # socketserver listens with a backlog of 5: a burst of connections would wait in the kernel for seconds
+    # (SYN retries) rather than be served or refused at once.
+    request_queue_size = 128
+    _connections = 0
+    _counting = threading.Lock()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._counting:
+            admitted = self._connections < self.front.max_connections
+            if admitted:
+                self._connections += 1
+        if not admitted:
+            _refuse_connection(request)
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._release_connection()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._release_connection()
+
+    def _release_connection(self) -> None:
+        with self._counting:
+            self._connections -= 1
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        error = sys.exc_info()[1]
+        if isinstance(error, ConnectionError):
+            # A client that resets its connection (an idle keep-alive one, most often) is normal life.
+            logger.debug("client %s: %r", client_address, error)
+            return
+        super().handle_error(request, client_address)
+
+
+def _refuse_connection(sock: socket.socket) -> None:
+    """A connection beyond ``max_connections``: Lambda's throttle, 429, at once, with no thread of its own.
+
+    Whatever the client has already sent is read first, so that closing does not reset the answer away.
+    """
+    body = _THROTTLED
+    head = [b"HTTP/1.1 429 Too Many Requests", b"Content-Length: %d" % len(body), b"Connection: close"]
+    head += [f"{k}: {v}".encode("latin-1") for k, v in THROTTLE_HEADERS.items()]
+    with contextlib.suppress(OSError):
+        sock.setblocking(False)
+        with contextlib.suppress(BlockingIOError):
+            while sock.recv(65536):
+                pass
+        sock.sendall(b"\r\n".join(head) + b"\r\n\r\n" + body)
 
 
 class FunctionURL:
@@ -396,8 +501,10 @@ class FunctionURL:
         response_headers: Callable[[Mapping[str, str]], dict[str, str]] | None = None,
         verbose: bool = False,
         idle_timeout_s: float = IDLE_TIMEOUT_S,
+        max_connections: int = MAX_CONNECTIONS,
     ) -> None:
         self.pool = pool
+        self.max_connections = max_connections
         self.interceptor = interceptor
         self._response_headers = response_headers
         self.verbose = verbose

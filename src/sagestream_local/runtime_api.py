@@ -9,7 +9,9 @@ environments is the function's concurrency, ``size`` times K (the Function URL f
 it). A process that crashes, or passes the function timeout, is ended and replaced, and its invocations
 fail as Lambda fails them. A process that dies while idle is replaced too, before its environment takes
 another invocation: each ``/next`` belongs to one process (its *generation*), and one from a process that
-has died is never given an event.
+has died is never given an event. A runtime that aborts its
+``/response`` (a reset: it gave up on a client that stopped reading) ends that invocation at once
+(``Runtime.ResponseAborted``) and keeps its environment, as Lambda does.
 
 A response streams straight through: the Runtime API thread that reads a chunk from the runtime's
 ``/response`` body hands it to the invocation's :class:`Sink` in the same thread, which writes it to
@@ -27,6 +29,7 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import errno
 import itertools
 import json
 import os
@@ -127,6 +130,17 @@ class Invocation:
             self._response_socket = sock
         if self.client_gone.is_set():
             self._drop_response()
+
+    def response_abandoned(self) -> bool:
+        """Whether the runtime reset its ``/response`` connection before the body ended, the client still
+        there: it gave up on the response (a client that stopped reading), and the invocation is over.
+
+        A reset, not a close: a process that dies closes the connection with a FIN (nothing was ever sent to
+        it there to leave unread), and that is the exit watcher's to report as a crash.
+        """
+        with self._lock:
+            sock = self._response_socket
+        return sock is not None and not self.done and not self.client_gone.is_set() and _peer_reset(sock)
 
     def leave(self) -> None:
         """The HTTP client went away: close the runtime's response connection, so its writes fail."""
@@ -256,6 +270,9 @@ class _RuntimeAPIHandler(NoDelayHandler):
             # unless the cause is known here (the client left and we dropped it; a prelude refused).
             if inv.client_gone.is_set():
                 inv.finish(FunctionError("Runtime.ClientGone", {"errorMessage": "client disconnected"}, inv.started))
+            elif isinstance(e, ConnectionResetError) and e.errno == errno.ECONNRESET:
+                # The runtime aborted its response (see Invocation.response_abandoned): no crash to wait for.
+                inv.finish(FunctionError("Runtime.ResponseAborted", {"errorMessage": str(e)}, started=inv.started))
             elif isinstance(e, PreludeError) or (code := self.server.environment.wait_for_exit(2.0)) is None:
                 inv.finish(FunctionError("Runtime.ResponseAborted", {"errorMessage": str(e)}, started=inv.started))
             else:
@@ -459,6 +476,18 @@ class ExecutionEnvironment:
         self.server.server_close()
 
 
+def _peer_reset(sock: socket.socket) -> bool:
+    """Whether the other end of ``sock`` has reset it (RST), without reading.
+
+    The socket's pending error, not a peek: a reset that comes while body bytes wait unread (the thread that
+    reads them is blocked writing to a stalled client) shows to a read only after those bytes.
+    """
+    try:
+        return sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == errno.ECONNRESET
+    except OSError:
+        return False  # the socket is closed on our side: not the runtime's doing
+
+
 def _peer_closed(sock: socket.socket) -> bool:
     """Whether the other end of ``sock`` has closed it (a process that died closes all its sockets)."""
     readable, _, _ = select.select([sock], [], [], 0)
@@ -547,6 +576,18 @@ class Pool:
         # The timeout runs from the moment the runtime takes the event, as Lambda's does; init has its own.
         submitted = time.time()
         while not inv.wait(0.05):
+            if inv.response_abandoned():
+                # The runtime aborted its response (it gave up on a client that stopped reading) and lives on:
+                # as Lambda does, the invocation ends here, the environment stays warm. The Runtime API thread
+                # may still be blocked writing to that client; the front cuts it once the end is pending.
+                inv.finish(
+                    FunctionError(
+                        "Runtime.ResponseAborted",
+                        {"errorMessage": "the runtime aborted the response before its end"},
+                        started=inv.started,
+                    )
+                )
+                return
             now = time.time()
             if inv.dispatched and now >= inv.deadline:
                 if self.max_concurrency > 1:

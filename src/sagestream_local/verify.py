@@ -21,6 +21,10 @@ sent, what came back, and why that is a pass or a failure; UNKNOWN says what was
   145): a FAIL here is that, and ``MaxTokensLimit`` is then what bounds the waste. Without a log group,
   AWS credentials or a request id: UNKNOWN, with the reason.
 
+Without ``--model`` the checks send the first model ``/v1/models`` lists (a deployment with several models
+refuses a request without one), or none when that list cannot be read. A check refused with 401 (or 403)
+when no credentials were given is UNKNOWN ("needs a key"), not a FAIL: the deployment asked for what it should.
+
 Environment variables read: the usual AWS ones (through botocore), for ``--sigv4`` and ``--log-group``.
 
 Example::
@@ -173,6 +177,27 @@ def _expect_error(name: str, answer: Answer, statuses: Iterable[int], sent: str)
     return Check(name, FAIL, f"{sent} -> {answer.status} but not OpenAI's error shape: {said}", data)
 
 
+def _needs_credentials(name: str, target: Target, status: int, sent: str) -> Check | None:
+    """UNKNOWN for a check refused for want of credentials that were never given; None otherwise."""
+    if target.has_credentials or status not in (401, 403):
+        return None
+    what = "a key (API_KEY=...)" if status == 401 else "credentials (SIGV4=1 or API_KEY=...)"
+    return Check(name, UNKNOWN, f"{sent} -> {status}: needs {what}", {"status": status})
+
+
+def first_model(target: Target) -> str | None:
+    """The first model id ``/v1/models`` lists, or None when it cannot be read (no key, not a list)."""
+    try:
+        answer = send(target, "GET", "/v1/models")
+    except (OSError, http.client.HTTPException):
+        return None
+    listed = answer.json() if answer.status == 200 else None
+    data = listed.get("data") if isinstance(listed, dict) else None
+    if isinstance(data, list) and data and isinstance(data[0], dict) and isinstance(data[0].get("id"), str):
+        return str(data[0]["id"])
+    return None
+
+
 # --- the checks ----------------------------------------------------------------------------------------------
 
 
@@ -188,6 +213,9 @@ def check_streaming(target: Target, model: str | None = None) -> Check:
     )
     s = run.summary()
     data = {**s, "content_type": run.headers.get("content-type")}
+    refused = _needs_credentials("streaming", target, run.status, "a streamed chat")
+    if refused is not None:
+        return refused
     if run.status != 200 or not run.headers.get("content-type", "").startswith("text/event-stream"):
         return Check("streaming", FAIL, f"HTTP {run.status} {run.headers.get('content-type')}: {run.error}", data)
     if run.error:
@@ -210,13 +238,19 @@ def check_streaming(target: Target, model: str | None = None) -> Check:
 
 def check_bad_json(target: Target) -> Check:
     answer = send(target, "POST", CHAT, b'{"messages": [', {"Content-Type": "application/json"})
-    return _expect_error("bad_json", answer, (400,), "a body that is not JSON")
+    sent = "a body that is not JSON"
+    return _needs_credentials("bad_json", target, answer.status, sent) or _expect_error(
+        "bad_json", answer, (400,), sent
+    )
 
 
 def check_unknown_model(target: Target) -> Check:
     body = json.dumps({"model": NO_SUCH_MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1})
     answer = send(target, "POST", CHAT, body.encode(), {"Content-Type": "application/json"})
-    return _expect_error("unknown_model", answer, (404,), f"model {NO_SUCH_MODEL!r}")
+    sent = f"model {NO_SUCH_MODEL!r}"
+    return _needs_credentials("unknown_model", target, answer.status, sent) or _expect_error(
+        "unknown_model", answer, (404,), sent
+    )
 
 
 def check_no_credentials(target: Target) -> Check:
@@ -394,6 +428,9 @@ def check_disconnect(
         stop_after_deltas=DISCONNECT_AFTER,
     )
     data: dict[str, Any] = {"status": run.status, "deltas_read": run.deltas, "max_tokens": max_tokens}
+    refused = _needs_credentials("disconnect", target, run.status, "a streamed chat")
+    if refused is not None:
+        return refused
     if run.status != 200 or not run.aborted:
         why = f"HTTP {run.status}" if run.status != 200 else f"the stream ended after {run.deltas} deltas"
         return Check("disconnect", UNKNOWN, f"could not leave after {DISCONNECT_AFTER} deltas: {why}", data)
@@ -450,7 +487,12 @@ def verify(
     model: str | None = None,
     wait_s: float = 90.0,
 ) -> list[Check]:
-    """Every check, in order; a check that could not run at all is a FAIL naming what went wrong."""
+    """Every check, in order; a check that could not run at all is a FAIL naming what went wrong.
+
+    ``model`` None: the first model ``/v1/models`` lists, when it can be read.
+    """
+    if model is None:
+        model = first_model(target)
     steps: list[tuple[str, Callable[[], Check]]] = [
         ("streaming", lambda: check_streaming(target, model)),
         ("bad_json", lambda: check_bad_json(target)),
@@ -485,7 +527,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--api-key", default=None, help="send Authorization: Bearer KEY (AUTH_MODE=api_key)")
     parser.add_argument("--origin", default=None, help="the browser origin whose CORS preflight to check")
     parser.add_argument("--log-group", default=None, help="the function's CloudWatch Logs group")
-    parser.add_argument("--model", default=None, help="the model name to send (default: none, the function's own)")
+    parser.add_argument(
+        "--model", default=None, help="the model name to send (default: the first of /v1/models, else none)"
+    )
     parser.add_argument("--log-wait", type=float, default=90.0, help="seconds to wait for the log record")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per request")
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of the table")

@@ -33,6 +33,7 @@ from sagestream_local.verify import (
     check_streaming,
     check_unknown_model,
     main,
+    verify,
 )
 from tests.conftest import PYTHONPATH
 
@@ -186,3 +187,50 @@ def test_the_command_prints_a_table_and_json_and_exits_non_zero_on_a_fail(
     printed = capsys.readouterr().out.splitlines()
     assert printed[0].split() == ["CHECK", "RESULT", "EVIDENCE"]
     assert any(line.startswith("cors_preflight") for line in printed)
+
+
+# --- a deployment with several models, and one asked without its key ---
+
+
+@pytest.fixture(scope="module")
+def several_models() -> Iterator[LocalStack]:
+    # Two endpoint names on the one simulated endpoint: its records say which model a request named.
+    models = {"alpha": {"endpoint": "sim-alpha"}, "beta": {"endpoint": "sim-beta"}}
+    stack = LocalStack(
+        port=0,
+        concurrency=2,
+        timeout_s=60.0,
+        env={
+            "PYTHONPATH": PYTHONPATH,
+            "UPSTREAM_READ_TIMEOUT_S": "2",
+            "UPSTREAM_MAX_ATTEMPTS": "1",
+            "API_KEYS": KEY,
+            "MODELS": json.dumps(models),
+        },
+        scenario=Scenario(dialect="openai", ttft_ms=5, cadence_ms=20, tokens=30, non_ascii=0.0),
+        upstream="simulated",
+    ).start()
+    try:
+        yield stack
+    finally:
+        stack.stop()
+
+
+def test_on_several_models_the_checks_send_the_first_listed_or_the_one_given(several_models: LocalStack) -> None:
+    endpoint = several_models.endpoint
+    assert endpoint is not None
+    endpoint.clear_records()
+    checks = {c.name: c for c in verify(Target(several_models.url, api_key=KEY, timeout_s=30))}
+    assert checks["streaming"].status == PASS, checks["streaming"].evidence
+    assert checks["bad_json"].status == checks["unknown_model"].status == PASS
+    assert {r.endpoint for r in endpoint.records} == {"sim-alpha"}  # the first of /v1/models
+    endpoint.clear_records()
+    assert main([several_models.url, "--api-key", KEY, "--model", "beta", "--log-wait", "1"]) == 0
+    assert {r.endpoint for r in endpoint.records} == {"sim-beta"}
+
+
+def test_without_a_key_a_keyed_deployment_is_unknown_needs_a_key_not_a_fail(several_models: LocalStack) -> None:
+    checks = {c.name: c for c in verify(Target(several_models.url, timeout_s=30))}
+    for name in ("streaming", "bad_json", "unknown_model", "disconnect"):
+        assert checks[name].status == UNKNOWN and "needs a key" in checks[name].evidence, checks[name]
+    assert FAIL not in {c.status for c in checks.values()}

@@ -166,7 +166,10 @@ def test_clients_that_stop_reading_are_let_go_after_the_idle_timeout(paced: tupl
             assert time.monotonic() < deadline, "a stalled client held its environment past the idle timeout"
             time.sleep(0.05)
         errors = [e.last_error.error_type for e in pool.environments if e.last_error is not None]
-        assert errors == ["Runtime.ClientGone", "Runtime.ClientGone"]
+        # Whichever lets go first: the front, its send stalled for the idle timeout (the client is gone), or
+        # the runtime, its write stalled until half a second before the 2 s function timeout (it aborts its
+        # response). Both end the invocation and keep the environment; neither waits for the timeout.
+        assert len(errors) == 2 and set(errors) <= {"Runtime.ClientGone", "Runtime.ResponseAborted"}, errors
         resp = request(url.url, "POST", "/", {"writes": 2, "interval_ms": 0, "size": 20, "tag": "ok"}, timeout=10)
         assert resp.status == 200 and resp.complete
         assert_whole_writes(resp.body, 20, "ok")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import errno
 import json
 import socket
 import threading
@@ -518,6 +519,34 @@ def test_a_write_to_a_caller_that_stopped_reading_raises_before_the_deadline() -
     assert len(seen) == 1 and isinstance(seen[0], WriteTimedOut)
     # It gives up WRITE_RESERVE_S before the deadline; generous slack for a loaded machine.
     assert elapsed < deadline_s + 1.0
+
+
+def test_a_response_given_up_on_is_aborted_so_the_runtime_api_ends_the_invocation_now() -> None:
+    """After a write timed out, the runtime resets the /response connection rather than closing it: a close
+    would queue its FIN behind the unsent bytes, and the Runtime API, reading nothing from a stalled client,
+    would hold the invocation until the function timeout. The reset reaches it at once, unread bytes or not."""
+    deadline_s = 2.0
+    api = _BareRuntimeAPI({}, deadline=str(int((time.time() + deadline_s) * 1000)), stall=True)
+    client = RuntimeAPIClient(api.address)
+    seen: list[BaseException] = []
+
+    def handler(event, stream, context):
+        stream.start(200, {})
+        try:
+            for _ in range(100_000):
+                stream.write(b"w" * 65536)
+        except ClientDisconnected as e:
+            seen.append(e)
+
+    invoke(client, handler, client.next_invocation())
+    assert len(seen) == 1 and isinstance(seen[0], WriteTimedOut)
+    stalled = api.stalled
+    assert stalled is not None
+    waited = time.monotonic() + 2
+    while (error := stalled.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)) == 0 and time.monotonic() < waited:
+        time.sleep(0.01)
+    assert error == errno.ECONNRESET, f"the Runtime API's side saw no reset (SO_ERROR {error})"
+    stalled.close()
 
 
 # --- every started response writes at least one body byte ---

@@ -237,3 +237,54 @@ def test_a_client_that_vanishes_without_closing_its_socket_cleanly_leaves_the_pr
         time.sleep(0.02)
     process.environment.last_error = None
     process.assert_same_and_serving(one)
+
+
+# --- bad input that once cost a 500 or reached the container -------------------------------------------------
+
+
+def _nested(levels: int) -> dict[str, object]:
+    schema: dict[str, object] = {"type": "string"}
+    for _ in range(levels):
+        schema = {"type": "object", "properties": {"a": schema}}
+    return schema
+
+
+BAD_INPUT = {
+    "deep-response-format": (
+        {"response_format": {"type": "json_schema", "json_schema": {"name": "deep", "schema": _nested(128)}}},
+        "response_format.json_schema.schema",
+    ),
+    "deep-tool-parameters": (
+        {"tools": [{"type": "function", "function": {"name": "f", "parameters": _nested(128)}}]},
+        "tools.0.function.parameters",
+    ),
+    "tool-choice-required-without-tools": ({"tool_choice": "required"}, "tool_choice"),
+    "tool-choice-names-an-absent-function": (
+        {
+            "tool_choice": {"type": "function", "function": {"name": "get_time"}},
+            "tools": [{"type": "function", "function": {"name": "get_weather"}}],
+        },
+        "tool_choice",
+    ),
+}
+
+
+# tgi takes no tools at all (refused by name whatever they hold: tests/unit/test_dialects.py); a deep
+# response_format reached its grammar, and cost a 500, on tgi too.
+@pytest.mark.parametrize(
+    ("dialect", "case"), [*(("openai", case) for case in sorted(BAD_INPUT)), ("tgi", "deep-response-format")]
+)
+def test_bad_input_is_a_400_naming_the_field_before_the_endpoint_is_called(
+    stack_for: GetStack, dialect: str, case: str
+) -> None:
+    stack = stack_for(concurrency=1, UPSTREAM_FORMAT=dialect, PROMPT_TEMPLATE="chatml")
+    assert stack.endpoint is not None
+    process = Process(stack)
+    fields, param = BAD_INPUT[case]
+    body = {"messages": [{"role": "user", "content": "Tell me about rivers"}], "stream": True, **fields}
+    resp = request(stack.url, "POST", CHAT, body, timeout=20)
+    assert resp.status == 400, resp.body[:300]
+    error = resp.json()["error"]
+    assert error["param"] == param and error["type"] == "invalid_request_error"
+    assert stack.endpoint.records == [], "the endpoint was called"
+    process.assert_same_and_serving(stack)

@@ -14,6 +14,8 @@ import json
 import os
 import re
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -237,6 +239,93 @@ def test_a_client_that_stalls_inside_its_body_is_refused_and_nothing_is_invoked(
     assert answer.status == 400 and json.loads(answer.body)["Message"]
     assert stack.pool.invocations == before and stack.endpoint.records == []
     assert_serves_normally(stack, "a stalled body")
+
+
+def _drip(sock: socket.socket, data: bytes, every_s: float, until: float) -> bool:
+    """Send ``data`` a byte at a time, ``every_s`` apart, until it is all gone or the server closed (False)."""
+    for byte in data:
+        if time.monotonic() > until:
+            break
+        try:
+            sock.sendall(bytes([byte]))
+        except OSError:
+            return False
+        time.sleep(every_s)
+    return True
+
+
+@pytest.mark.parametrize("where", ["head", "body"])
+def test_a_client_dripping_its_request_is_cut_at_the_request_deadline(stack: LocalStack, where: str) -> None:
+    """A byte every IDLE_S / 5 never meets a per-read timeout; the whole request still has IDLE_S to arrive."""
+    assert stack.pool is not None
+    before = stack.pool.invocations
+    body = json.dumps(chat_body("dripped")).encode()
+    request_bytes = wire.post(CHAT, body)
+    head_len = len(request_bytes) - len(body)
+    with wire.connect(stack.url) as sock:
+        started = time.monotonic()
+        if where == "body":
+            sock.sendall(request_bytes[:head_len])  # the head at once, then the body drips
+        _drip(sock, request_bytes[head_len if where == "body" else 0 :], IDLE_S / 5, started + IDLE_S + 5)
+        raw, closed = wire.read_all(sock, timeout=IDLE_S + 5)
+        elapsed = time.monotonic() - started
+    assert closed, "the server kept a dripping connection open"
+    assert elapsed < IDLE_S + 2.5, f"the dripping connection lasted {elapsed:.1f} s"
+    if where == "body":
+        (answer,) = wire.parse(raw)
+        assert answer.status == 400
+    assert stack.pool.invocations == before
+    assert_serves_normally(stack, f"a dripped {where}")
+
+
+def test_connections_beyond_the_cap_get_lambdas_429_at_once_and_no_thread(stack: LocalStack) -> None:
+    assert stack.front is not None
+    cap, previous = 6, stack.front.max_connections
+    stack.front.max_connections = cap
+    idle: list[socket.socket] = []
+    try:
+        threads_before = threading.active_count()
+        idle = [wire.connect(stack.url) for _ in range(cap)]
+        time.sleep(0.3)  # each is being served (waiting for its request) by a thread of its own
+        refused = []
+        for _ in range(20):
+            with wire.connect(stack.url) as sock:
+                refused.append(wire.read_all(sock, timeout=5))
+        assert threading.active_count() <= threads_before + cap
+        for raw, closed in refused:
+            (answer,) = wire.parse(raw)
+            assert closed and answer.status == 429, raw[:200]
+            assert answer.headers["x-amzn-errortype"] == "TooManyRequestsException"
+            assert json.loads(answer.body) == {"Message": "Rate Exceeded."}
+    finally:
+        for sock in idle:
+            sock.close()
+        stack.front.max_connections = previous
+    # The idle connections' threads end as they close, and the cap frees up with them.
+    deadline = time.monotonic() + 5
+    while stack.front.server._connections > 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert_serves_normally(stack, "connections beyond the cap")
+
+
+def test_a_client_resetting_an_idle_keep_alive_connection_is_no_traceback(
+    stack: LocalStack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for _ in range(3):
+        with wire.connect(stack.url) as sock:
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            answer = b""
+            while not answer.endswith(b'{"status":"ok"}\r\n0\r\n\r\n'):  # its last chunk
+                piece = sock.recv(65536)
+                assert piece, answer
+                answer += piece
+            assert answer.startswith(b"HTTP/1.1 200")
+            # Idle, kept alive: the client resets it.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    time.sleep(0.3)  # the server's thread reads the reset
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err and "ConnectionResetError" not in captured.err, captured.err
+    assert_serves_normally(stack, "idle connections reset")
 
 
 CHAT_JSON = json.dumps(chat_body("framed badly")).encode()

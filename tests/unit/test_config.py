@@ -205,3 +205,35 @@ def test_the_templates_app_client_id_comes_from_its_parameter_as_audience_and_pa
     )
     assert asked == ["/stack/page-client-id"]
     assert (cfg.jwt_audience, cfg.jwt_page_client_id) == (("3abcclientid",), "3abcclientid")
+
+
+@pytest.mark.parametrize(
+    ("env", "field", "dialect"),
+    [
+        ({**BASE, "UPSTREAM_FORMAT": "tgi", "EXTRA_REQUEST_FIELDS": "top_k,max_new_tokens"}, "max_new_tokens", "tgi"),
+        ({**BASE, "UPSTREAM_FORMAT": "tgi", "EXTRA_REQUEST_FIELDS": "details"}, "details", "tgi"),
+        ({**BASE, "UPSTREAM_FORMAT": "lmi", "EXTRA_REQUEST_FIELDS": "stop_sequences"}, "stop_sequences", "lmi"),
+        (
+            {
+                "MODELS": '{"a": {"endpoint": "e1"}, "b": {"endpoint": "e2", "upstream_format": "tgi"}}',
+                "EXTRA_REQUEST_FIELDS": "grammar",
+            },
+            "grammar",
+            "tgi",
+        ),
+    ],
+    ids=["tgi-max_new_tokens", "tgi-details", "lmi-stop_sequences", "models-tgi-grammar"],
+)
+def test_a_vendor_field_the_function_sets_is_refused_at_init_naming_variable_field_and_dialect(
+    env: dict[str, str], field: str, dialect: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        Config.from_env(env)
+    message = str(info.value)
+    assert "EXTRA_REQUEST_FIELDS" in message and field in message and f"UPSTREAM_FORMAT={dialect}" in message
+
+
+def test_a_name_computed_by_one_dialect_is_a_vendor_field_for_another() -> None:
+    # openai sets max_tokens, not max_new_tokens: there the name is the container's own extra.
+    cfg = Config.from_env({**BASE, "UPSTREAM_FORMAT": "openai", "EXTRA_REQUEST_FIELDS": "max_new_tokens,top_k"})
+    assert cfg.extra_request_fields == {"max_new_tokens", "top_k"}

@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sagestream.dialects import (
+    COMPUTED_FIELDS,
     DIALECTS,
     DecodeError,
     Delta,
@@ -643,3 +644,62 @@ def test_prompt_cache_key_carried_by_the_call_is_still_forwarded_to_an_openai_co
     carried = frozenset({"prompt_cache_key"})
     body = upstream_body("openai", request, prompt_template=None, stream=True, max_tokens_default=None, in_call=carried)
     assert body["prompt_cache_key"] == "conversation-1"
+
+
+@pytest.mark.parametrize(
+    ("dialect", "vendor"),
+    [
+        ("tgi", {"max_new_tokens": 200}),
+        ("tgi", {"details": False}),
+        ("tgi", {"stop": ["x"]}),
+        ("lmi", {"max_new_tokens": 200}),
+        ("lmi", {"stop_sequences": ["x"]}),
+        ("openai", {"max_tokens": 200}),
+        ("openai", {"stream": False}),
+    ],
+)
+def test_a_vendor_field_never_replaces_one_the_function_computed(dialect: Dialect, vendor: dict[str, Any]) -> None:
+    """Defence in depth: configuration refuses these names at init; were one to reach the body build anyway, it
+    is refused by name, never merged over max_new_tokens (MAX_TOKENS_LIMIT), details or stream."""
+    request = parse_chat(chat(max_tokens=16), max_tokens_limit=16)
+    request._vendor_fields = vendor  # as parse_chat keeps them, had the deployment allowed these names
+    (name,) = vendor
+    assert name in COMPUTED_FIELDS[dialect]
+    with pytest.raises(APIError) as info:
+        upstream_body(dialect, request, prompt_template="chatml", stream=True, max_tokens_default=16)
+    assert (info.value.status, info.value.param) == (400, name)
+
+
+def test_the_computed_fields_are_those_the_body_build_sets() -> None:
+    """Every parameter the build can set is listed, so no vendor field can ever shadow one."""
+    ask = chat(
+        max_tokens=5,
+        temperature=0.5,
+        top_p=0.5,
+        stop=["x"],
+        seed=1,
+        frequency_penalty=0.1,
+        logprobs=True,
+        top_logprobs=2,
+    )
+    tgi = upstream_body(
+        "tgi",
+        parse_chat(
+            ask.replace(b'"model"', b'"response_format": {"type": "json_object"}, "model"'), max_tokens_limit=None
+        ),
+        prompt_template="chatml",
+        stream=True,
+        max_tokens_default=None,
+    )
+    assert set(tgi["parameters"]) <= COMPUTED_FIELDS["tgi"]
+    lmi_ask = chat(
+        max_tokens=5, temperature=0.5, top_p=0.5, stop=["x"], seed=1, frequency_penalty=0.1, presence_penalty=0.1
+    )
+    lmi = upstream_body(
+        "lmi",
+        parse_chat(lmi_ask, max_tokens_limit=None),
+        prompt_template="chatml",
+        stream=True,
+        max_tokens_default=None,
+    )
+    assert set(lmi["parameters"]) <= COMPUTED_FIELDS["lmi"]

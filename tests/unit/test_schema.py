@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sagestream.dialects import upstream_body
 from sagestream.errors import APIError
-from sagestream.schema import ChatCompletionRequest, parse_chat, parse_completion
+from sagestream.schema import MAX_JSON_DEPTH, ChatCompletionRequest, parse_chat, parse_completion
 
 USER = {"role": "user", "content": "Hi"}
 
@@ -369,3 +370,119 @@ def test_a_prompt_is_a_string_or_a_one_element_list() -> None:
         with pytest.raises(APIError) as info:
             parse_completion(raw, max_tokens_limit=None)
         assert info.value.param and info.value.param.startswith("prompt") and why in info.value.message, raw
+
+
+# --- how deeply a request may nest, decided before any work ---
+
+
+def nested_schema(levels: int) -> dict[str, Any]:
+    """A JSON Schema ``levels`` objects deep (each ``properties`` adds a level of its own)."""
+    schema: dict[str, Any] = {"type": "string"}
+    for _ in range(levels - 1):
+        schema = {"type": "object", "properties": {"a": schema}}
+    return schema
+
+
+def depth(value: Any) -> int:
+    if isinstance(value, dict):
+        return 1 + max((depth(v) for v in value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max((depth(v) for v in value), default=0)
+    return 0
+
+
+def schema_request(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "json_schema", "json_schema": {"name": "deep", "schema": schema}}
+
+
+@pytest.mark.parametrize(
+    ("fields", "param"),
+    [
+        ({"response_format": schema_request(nested_schema(64))}, "response_format.json_schema.schema"),
+        (
+            {
+                "tools": [
+                    {"type": "function", "function": {"name": "ok"}},
+                    {"type": "function", "function": {"name": "f", "parameters": nested_schema(64)}},
+                ]
+            },
+            "tools.1.function.parameters",
+        ),
+        ({"functions": [{"name": "f", "parameters": nested_schema(64)}]}, "functions.0.parameters"),
+        ({"audio": nested_schema(64)}, "audio"),
+    ],
+    ids=["response_format", "tools", "functions", "relayed-object"],
+)
+def test_a_request_nested_past_the_limit_is_a_400_naming_its_field(fields: dict[str, Any], param: str) -> None:
+    raw = body(**fields)
+    assert depth(json.loads(raw)) > MAX_JSON_DEPTH
+    err = rejection(raw)
+    assert (err.param, err.code) == (param, "invalid_value")
+    assert str(MAX_JSON_DEPTH) in err.message
+
+
+def test_a_request_at_the_depth_limit_parses_and_its_upstream_body_builds() -> None:
+    # The deepest schema that fits: the body, response_format and json_schema take three levels.
+    levels = (MAX_JSON_DEPTH - 3 + 1) // 2
+    raw = body(response_format=schema_request(nested_schema(levels)))
+    assert depth(json.loads(raw)) == MAX_JSON_DEPTH
+    request = parse_chat(raw, max_tokens_limit=None)
+    for dialect in ("openai", "tgi"):
+        upstream_body(dialect, request, prompt_template="chatml", stream=True, max_tokens_default=None)
+
+
+def test_the_depth_limit_keeps_well_under_pydantics_serializer_limit() -> None:
+    """pydantic's JSON serializer gives up at about 255 levels, in the upstream body build: three times the
+    limit must still serialise, so the limit, not pydantic, is what a client meets."""
+    deep: dict[str, Any] = {}
+    for _ in range(3 * MAX_JSON_DEPTH):
+        deep = {"a": deep}
+    tool = {"type": "function", "function": {"name": "f", "parameters": deep}}
+    request = ChatCompletionRequest.model_validate({"messages": [USER], "tools": [tool]})
+    upstream_body("openai", request, prompt_template=None, stream=True, max_tokens_default=None)
+
+
+def test_a_vendor_field_nested_past_the_limit_is_refused_by_its_name() -> None:
+    with pytest.raises(APIError) as info:
+        parse_chat(
+            body(chat_template_kwargs=nested_schema(64)), max_tokens_limit=None, extra_fields={"chat_template_kwargs"}
+        )
+    assert info.value.param == "chat_template_kwargs"
+
+
+# --- tool_choice asks for tools that are there ---
+
+TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"tool_choice": "required"},
+        {"tool_choice": "required", "tools": []},
+        {"tool_choice": {"type": "function", "function": {"name": "get_weather"}}},
+        {"tool_choice": {"type": "function", "function": {"name": "get_time"}}, "tools": [TOOL]},
+        {"tool_choice": {"type": "custom", "custom": {"name": "grep"}}, "tools": [TOOL]},
+    ],
+    ids=["required-no-tools", "required-empty-tools", "named-no-tools", "named-not-in-tools", "custom-not-in-tools"],
+)
+def test_a_tool_choice_that_needs_a_tool_not_there_is_a_400_naming_tool_choice(fields: dict[str, Any]) -> None:
+    err = rejection(body(**fields))
+    assert (err.param, err.code) == ("tool_choice", "invalid_value")
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"tool_choice": "none"},
+        {"tool_choice": "auto"},
+        {"tool_choice": "required", "tools": [TOOL]},
+        {"tool_choice": {"type": "function", "function": {"name": "get_weather"}}, "tools": [TOOL]},
+        {
+            "tool_choice": {"type": "custom", "custom": {"name": "grep"}},
+            "tools": [{"type": "custom", "custom": {"name": "grep"}}],
+        },
+    ],
+)
+def test_a_tool_choice_the_tools_can_meet_parses(fields: dict[str, Any]) -> None:
+    assert parse_chat(body(**fields), max_tokens_limit=None).tool_choice is not None
