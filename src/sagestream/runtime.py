@@ -268,7 +268,7 @@ class StreamingResponse:
     """A :class:`ResponseStream` over one streamed ``/response`` POST.
 
     Nothing is buffered in userspace: ``start`` sends the request head, the prelude and the separator, each
-    ``write`` is one HTTP chunk in one ``sendall`` on a TCP_NODELAY socket (invariant 2 of the README's "Architecture").
+    ``write`` is one HTTP chunk sent at once on a TCP_NODELAY socket (invariant 2 of the README's "Architecture").
 
     Each send has a timeout that ends :data:`WRITE_RESERVE_S` before the invocation's deadline: a caller that
     stopped reading fills the socket buffers, and a blocked ``sendall`` would otherwise hold the handler
@@ -282,6 +282,7 @@ class StreamingResponse:
         self._deadline_ms = deadline_ms
         self._conn: http.client.HTTPConnection | None = None
         self._sock: socket.socket | None = None
+        self._far_side: select.poll | None = None  # the response connection, watched for anything readable
         self._closed = False
         self._gone = False
         self._filler = _FILLER
@@ -313,6 +314,12 @@ class StreamingResponse:
         conn.putheader("Trailer", "Lambda-Runtime-Function-Error-Type, Lambda-Runtime-Function-Error-Body")
         conn.endheaders()
         self._conn, self._sock = conn, conn.sock
+        # Non-blocking between writes: a write the socket has room for is one send, with no timeout to work
+        # out and no poll before it (Python polls before every send on a socket with a timeout); only a
+        # write that finds the buffer full waits, bounded by the deadline (_send_rest).
+        conn.sock.settimeout(0.0)
+        self._far_side = select.poll()
+        self._far_side.register(conn.sock, select.POLLIN)
         # The prelude and the separator as two chunks: Lambda reads the bytes whatever their framing, but a
         # reader that takes the first chunk as the prelude and skips the next as the separator (cargo-lambda)
         # needs exactly this. One sendall still: both go out together.
@@ -337,14 +344,27 @@ class StreamingResponse:
         assert self._sock is not None
         self._check_far_side()
         try:
-            self._sock.settimeout(self._send_timeout())
-            self._sock.sendall(framed)
+            try:
+                sent = self._sock.send(framed)
+            except BlockingIOError:
+                sent = 0
+            if sent < len(framed):
+                self._send_rest(memoryview(framed)[sent:])
         except TimeoutError as e:
             self._gone = True  # part of a chunk may have gone: the body cannot go on
             raise WriteTimedOut("a write could not finish before the invocation's deadline") from e
         except OSError as e:
             self._gone = True
             raise ClientDisconnected("the caller has gone away") from e
+
+    def _send_rest(self, rest: memoryview) -> None:
+        """What a full socket buffer left of a write, sent blocking until the write deadline."""
+        assert self._sock is not None
+        self._sock.settimeout(self._send_timeout())
+        try:
+            self._sock.sendall(rest)
+        finally:
+            self._sock.settimeout(0.0)
 
     def _check_far_side(self) -> None:
         """Anything readable on the response connection before the body ends: EOF, a reset, or an answer.
@@ -354,9 +374,8 @@ class StreamingResponse:
         and the stream goes on (its connection closing later still means the caller left). An early error
         status means the body is refused: the stream ends, and what it said is logged.
         """
-        assert self._sock is not None and self._conn is not None
-        readable, _, _ = select.select([self._sock], [], [], 0)
-        if not readable:
+        assert self._sock is not None and self._conn is not None and self._far_side is not None
+        if not self._far_side.poll(0):
             return
         try:
             if self.early_status is not None or not self._sock.recv(1, socket.MSG_PEEK):
@@ -365,6 +384,7 @@ class StreamingResponse:
             self._sock.settimeout(self._send_timeout())
             answer = self._conn.getresponse()
             said = answer.read()
+            self._sock.settimeout(0.0)
         except (OSError, http.client.HTTPException) as e:
             self._gone = True
             raise ClientDisconnected("the caller has gone away") from e

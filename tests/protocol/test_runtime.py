@@ -394,15 +394,18 @@ def test_the_response_socket_has_tcp_nodelay_and_each_write_is_one_send(monkeypa
         stream.start(200, {})
         sock = stream._sock
         flags.append(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
-        real = sock.sendall
 
         class Counting:
             def __getattr__(self, name):
                 return getattr(sock, name)
 
+            def send(self, data):
+                sends.append(bytes(data))
+                return sock.send(data)
+
             def sendall(self, data):
                 sends.append(bytes(data))
-                return real(data)
+                return sock.sendall(data)
 
         stream._sock = Counting()
         stream.write(b"a")
