@@ -9,8 +9,8 @@ holds the instructions of the interval that mark *k* ends. Without valgrind the 
 
 The function's marks, per invocation:
 
-- ``event``: just before the runtime reads ``/next``'s answer (waiting executes nothing: what follows is
-  the event's parse, routing, validation and the upstream body);
+- ``event``: just before the runtime reads ``/next``'s answer, its request sent (waiting executes nothing:
+  what follows is the answer's and the event's parse, routing, validation and the upstream body);
 - ``call`` / ``called``: around botocore's ``invoke_endpoint_with_response_stream`` (its share is botocore's,
   the floor while the function calls SageMaker through botocore);
 - ``write``: after each write of the response body returns (the first one ends the first token).
@@ -40,6 +40,15 @@ def mark(label: str) -> None:
 def _install_function_marks() -> Any:
     from sagestream import app, runtime
 
+    next_connection = getattr(runtime, "NextConnection", None)
+    if next_connection is not None:  # this runtime reads /next's answer itself
+        answer = next_connection.answer
+
+        def counted_answer(self: Any) -> Any:
+            mark("event")
+            return answer(self)
+
+        next_connection.answer = counted_answer
     getresponse = http.client.HTTPConnection.getresponse
 
     def counted_getresponse(self: http.client.HTTPConnection) -> http.client.HTTPResponse:
