@@ -86,6 +86,8 @@ def relay(parts: Iterable[bytes], decoder: StreamDecoder, encoder: ChunkEncoder)
 
 
 def _deltas(line: bytes, decoder: StreamDecoder, encoder: ChunkEncoder) -> Iterator[tuple[Delta, bytes]]:
+    if not line:
+        return  # the blank line after each SSE event carries nothing
     data = sse_data(decode_line(line))
     if data is None:
         return
