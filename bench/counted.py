@@ -79,7 +79,13 @@ def _install_function_marks() -> Any:
     return app.handler
 
 
-handler = _install_function_marks() if os.environ.get("COUNTED_MARKS") else None
+def __getattr__(name: str) -> Any:
+    """``handler``, the function with its marks installed, made when the runtime asks for it (``_HANDLER``):
+    importing this module for :func:`mark` alone, as a peer does, loads nothing of the function."""
+    if name != "handler":
+        raise AttributeError(name)
+    handler = globals()["handler"] = _install_function_marks()
+    return handler
 
 
 def main(argv: list[str]) -> int:
