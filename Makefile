@@ -34,7 +34,7 @@ help:
 	@echo "make invoke-sam  the same event through sam local invoke (needs Docker)"
 	@echo "make build     sam build: the Lambda artifact in .aws-sam/build, no Docker needed"
 	@echo "make deploy    sam build and sam deploy --config-env $(ENV) (ENV=dev|prod|managed, see samconfig.toml)"
-	@echo "make bench     side-by-side benchmark into bench/results (QUICK=1: under a minute)"
+	@echo "make bench     side-by-side benchmark, cold start and instruction counts into bench/results (QUICK=1: fewer runs)"
 	@echo "make measure   TTFT, bursts and cadence of a URL (URL=... RUNS=3 SIGV4=1 API_KEY=... PROMPT_CACHE_KEY=...)"
 	@echo "make verify    check a deployment: PASS/FAIL/UNKNOWN per behaviour (URL=... SIGV4=1 API_KEY=... ORIGIN=... LOG_GROUP=... MODEL=...)"
 
@@ -117,10 +117,16 @@ deploy: $(SAM_VENV)/.installed
 	$(SAM) build --build-in-source
 	$(SAM) deploy --config-env $(ENV)
 
-# sam build (BuildMethod: makefile) runs this with ARTIFACTS_DIR set. No Docker and no local python3.13:
-# pip fetches wheels for Lambda's platform (the template's arm64, or LAMBDA_ARCH) and CPython 3.13, whatever
-# runs pip here. --no-compile: this machine's interpreter would write .pyc files 3.13 cannot use.
+# sam build (BuildMethod: makefile) runs this with ARTIFACTS_DIR set. No Docker: pip fetches wheels for
+# Lambda's platform (the template's arm64, or LAMBDA_ARCH) and CPython 3.13, whatever runs pip here.
+# Then a CPython 3.13 compiles everything shipped: /var/task is read-only, so an artifact without .pyc files
+# compiles botocore, pydantic and the function from source on every cold start (about 0.8 s of init CPU).
+# Bytecode does not depend on the CPU, only on the minor version, so this machine's 3.13 serves arm64 too.
+# unchecked-hash: Lambda re-timestamps /var/task, and a timestamp .pyc would then be stale and recompiled
+# (into memory, every time); an unchecked hash-based .pyc is used as it is. No 3.13, no build.
 LAMBDA_ARCH ?= arm64
+LAMBDA_PYTHON ?= $(shell for p in python3.13 $$HOME/.pyenv/versions/3.13*/bin/python3.13; do \
+	$$p -c 'import sys; assert sys.version_info[:2] == (3, 13)' 2>/dev/null && { command -v $$p; break; }; done)
 LAMBDA_PLATFORM = manylinux2014_$(if $(filter x86_64,$(LAMBDA_ARCH)),x86_64,aarch64)
 # Exactly the pinned [project] dependencies of pyproject.toml (read, not repeated here).
 RUNTIME_DEPS = $(shell $(PYTHON) -c 'import tomllib; print(" ".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))')
@@ -131,6 +137,8 @@ BOTOCORE_SERVICES = sagemaker-runtime ssm secretsmanager sts
 
 build-SageStreamFunction:
 	@test -n "$(ARTIFACTS_DIR)" || { echo "ARTIFACTS_DIR is unset: this target is run by sam build" >&2; exit 1; }
+	@test -n "$(LAMBDA_PYTHON)" || { echo "no CPython 3.13 found (python3.13 on PATH or ~/.pyenv/versions/3.13*):" \
+		"the artifact must ship .pyc files compiled by Lambda's Python; set LAMBDA_PYTHON=/path/to/python3.13" >&2; exit 1; }
 	$(PYTHON) -m pip install --quiet --disable-pip-version-check --no-compile \
 		--platform $(LAMBDA_PLATFORM) --implementation cp --python-version 3.13 --only-binary=:all: \
 		--target "$(ARTIFACTS_DIR)" $(RUNTIME_DEPS)
@@ -140,3 +148,4 @@ build-SageStreamFunction:
 	find "$(ARTIFACTS_DIR)/botocore/data" -mindepth 1 -maxdepth 1 -type d \
 		$(foreach service,$(BOTOCORE_SERVICES),! -name $(service)) -exec rm -rf {} +
 	find "$(ARTIFACTS_DIR)" -name __pycache__ -type d -prune -exec rm -rf {} +
+	$(LAMBDA_PYTHON) -m compileall -q -j 0 --invalidation-mode unchecked-hash "$(ARTIFACTS_DIR)"

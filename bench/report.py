@@ -13,21 +13,41 @@ from sagestream_local.endpoint import Record
 BURST_ARRIVAL_NS = 1_000_000  # a delta reaching the client < 1 ms after the previous one ...
 BURST_SENT_NS = 2_000_000  # ... although the endpoint sent the two >= 2 ms apart
 
-TARGETS: dict[str, tuple[str, str, float]] = {
-    # name: (workload, metric, bound); each is "metric <= bound" except deltas_per_s (>=)
-    "burst_gaps == 0": ("tinyllama-like", "burst_gaps", 0),
-    "added_ms_p50 <= 0.5": ("tinyllama-like", "added_ms_p50", 0.5),
-    "added_ms_p99 <= 2": ("tinyllama-like", "added_ms_p99", 2.0),
-    "ttft within 1 ms of the endpoint's": ("tinyllama-like", "ttft_over_endpoint_ms", 1.0),
-    "deltas_per_s >= 20000": ("throughput", "deltas_per_s", 20000),
-    "rss_growth_mb < 5 on long": ("long", "rss_growth_mb", 5.0),
-    "cold_init_ratio <= 1.1": ("cold", "cold_init_ratio", 1.1),
-    # the function's own part, from its invocation log records (bench/function.py)
-    "ttft_cpu_ms <= 1.5": ("tinyllama-like", "ttft_cpu_ms", 1.5),
-    "relay_ms_p99 <= 0.3": ("tinyllama-like", "relay_ms_p99", 0.3),
-    "CPU per delta <= 1.2x line-iterator's": ("peers", "cpu_per_delta_vs_line_iterator", 1.2),
+# name: (where, figure, bound, kind); "<=" except where the name says otherwise. Kinds: instructions (counted by
+# callgrind: stable, the figures to steer by), CPU (process CPU: noisy on a shared host, compared within a run),
+# wall (clock time through the local chain), memory.
+TARGETS: dict[str, tuple[str, str, float, str]] = {
+    "instructions per delta <= 1.2x line-iterator's": (
+        "instructions",
+        "per_delta_vs_line_iterator",
+        1.2,
+        "instructions",
+    ),
+    "first-token own instructions <= 1.5 M": ("instructions", "first_token_own", 1_500_000, "instructions"),
+    "first-token own CPU <= 0.25 ms (warm)": ("steady-cpu", "first_token_own_ms", 0.25, "CPU"),
+    "cold init CPU <= 1.15x a bare boto3 client": ("cold", "cold_init_cpu_ratio", 1.15, "CPU"),
+    "first token after a cold start <= 3 ms CPU over a warm one": (
+        "cold",
+        "first_token_cold_minus_warm_cpu_ms",
+        3.0,
+        "CPU",
+    ),
+    "burst_gaps == 0": ("tinyllama-like", "burst_gaps", 0, "wall"),
+    "rss_growth_mb < 5 on long": ("long", "rss_growth_mb", 5.0, "memory"),
     # the Messages API's events against the chat chunks, same deltas, same process (bench/encoders.py)
-    "Messages encoder CPU per delta <= 1.10x chat's": ("encoders", "messages_vs_chat", 1.10),
+    "Messages encoder CPU per delta <= 1.10x chat's": ("encoders", "messages_vs_chat", 1.10, "CPU"),
+}
+# Targets no longer judged, and why; their figures are still in the tables.
+RETIRED = {
+    "added_ms_p50 <= 0.5, added_ms_p99 <= 2, ttft within 1 ms of the endpoint's": "wall time through the local "
+    "Function URL, Runtime API and simulated endpoint, which share one Python process and this host's two cores: "
+    "they measure the host's scheduling more than the function (invariant 1 has its own tests)",
+    "deltas_per_s >= 20000": "the simulated endpoint and the local chain set it as much as the function; "
+    "instructions per delta is the function's own figure",
+    "relay_ms_p99 <= 0.3": "a p99 of wall time inside one process on a loaded host is its worst wake-up",
+    "cold_init_ratio <= 1.1 (wall)": "wall ratios swung 0.68-2.0 between paired runs; the CPU ratio replaces it",
+    "ttft_cpu_ms <= 1.5, CPU per delta <= 1.2x line-iterator's": "replaced by the function's own share in "
+    "instructions (and CPU beside): CPU ratios swung 1.26-3.3x with wake-ups",
 }
 # The function's own figures, per workload (sagestream only).
 FUNCTION_COLUMNS = (
@@ -136,22 +156,24 @@ def table(rows: Mapping[str, Mapping[str, Any]], columns: Sequence[tuple[str, st
     return "\n".join(lines)
 
 
-def target_rows(doc: Mapping[str, Any]) -> list[tuple[str, Any, bool | None]]:
-    rows: list[tuple[str, Any, bool | None]] = []
-    for name, (workload, key, bound) in TARGETS.items():
-        if workload == "cold":
-            source = doc["cold"]
-        elif workload == "encoders":
-            source = doc.get("encoders", {})
-        elif workload == "peers":
-            source = doc["peers"].get("sagestream", {})
+def target_rows(doc: Mapping[str, Any]) -> list[tuple[str, Any, bool | None, str]]:
+    """(target, measured, met, kind) per target; met is None when the figure was not taken."""
+    rows: list[tuple[str, Any, bool | None, str]] = []
+    steady = doc.get("steady") or {}
+    for name, (where, key, bound, kind) in TARGETS.items():
+        if where == "cold":
+            source = doc.get("cold") or {}
+        elif where == "instructions":
+            source = steady.get("instructions") or {}
+        elif where == "steady-cpu":
+            source = steady.get("cpu") or {}
+        elif where == "encoders":
+            source = doc.get("encoders") or {}
         else:
-            source = doc["workloads"].get(workload, {}).get("sagestream", {})
+            source = doc["workloads"].get(where, {}).get("sagestream", {})
         value = source.get(key)
-        met = None if value is None else (value >= bound if key == "deltas_per_s" else value <= bound)
-        if key == "rss_growth_mb" and value is not None:
-            met = value < bound
-        rows.append((name, value, met))
+        met = None if value is None else (value < bound if name.split()[0] == "rss_growth_mb" else value <= bound)
+        rows.append((name, value, met, kind))
     return rows
 
 
@@ -172,20 +194,62 @@ def markdown(doc: Mapping[str, Any]) -> str:
         "",
         "## Targets (sagestream)",
         "",
-        "| target | measured | |",
-        "| --- | ---: | --- |",
+        "| target | kind | measured | |",
+        "| --- | --- | ---: | --- |",
     ]
-    for name, value, met in target_rows(doc):
-        out.append(f"| {name} | {_cell(value)} | {'met' if met else 'missed' if met is False else '-'} |")
-    cold = doc["cold"]
-    out += [
-        "",
-        f"Cold init: runtime process start to its first `/next` {_cell(cold['runtime_init_ms'])} ms, "
-        f"`import boto3; boto3.client(...)` {_cell(cold['boto3_client_ms'])} ms (medians of "
-        f"{cold['samples']}). Then, in that fresh process, a streamed chat request's first byte "
-        f"{_cell(cold.get('first_request_ms'))} ms after it was sent (what init left for first use is in it), "
-        f"a second request's {_cell(cold.get('warm_request_ms'))} ms.",
-    ]
+    for name, value, met, kind in target_rows(doc):
+        out.append(f"| {name} | {kind} | {_cell(value)} | {'met' if met else 'missed' if met is False else '-'} |")
+    out += ["", "Retired targets (figures still in the tables below):", ""]
+    out += [f"- {name}: {why}." for name, why in RETIRED.items()]
+    steady = doc.get("steady") or {}
+    if steady:
+        counts, cpu = steady.get("instructions") or {}, steady["cpu"]
+        out += [
+            "",
+            f"## Steady figures: {steady['tokens']} tokens {steady['cadence_ms']} ms apart, {steady['requests']} "
+            "warm request(s), medians",
+            "",
+            "| figure | instructions (callgrind) | CPU |",
+            "| --- | ---: | ---: |",
+            f"| function, per delta | {_cell(counts.get('function_per_delta'))} | "
+            f"{_cell(cpu['function_us_per_delta'])} µs |",
+            f"| line-iterator, per delta | {_cell(counts.get('line_iterator_per_delta'))} | "
+            f"{_cell(cpu['line_iterator_us_per_delta'])} µs |",
+            f"| function / line-iterator | {_cell(counts.get('per_delta_vs_line_iterator'))} | "
+            f"{_cell(cpu['per_delta_vs_line_iterator'])} |",
+            f"| first token, the function's own | {_cell(counts.get('first_token_own'))} | "
+            f"{_cell(cpu['first_token_own_ms'])} ms |",
+            f"| first token, botocore's call | {_cell(counts.get('first_token_botocore'))} | "
+            f"{_cell(cpu['first_token_botocore_ms'])} ms |",
+        ]
+        if steady.get("instructions_note"):
+            out += ["", steady["instructions_note"]]
+    cold = doc.get("cold") or {}
+    if cold:
+        out += [
+            "",
+            f"## Cold start of the built artifact ({cold['pairs']} alternated pairs; min / median / max)",
+            "",
+            "| figure | min | median | max |",
+            "| --- | ---: | ---: | ---: |",
+        ]
+        for key, title in (
+            ("runtime_init_cpu_ms", "runtime process to first `/next`, CPU ms"),
+            ("boto3_client_cpu_ms", "bare `boto3.client`, CPU ms"),
+            ("cold_init_cpu_ratio_per_pair", "ratio, CPU, per pair"),
+            ("runtime_init_wall_ms", "runtime process to first `/next`, wall ms"),
+            ("boto3_client_wall_ms", "bare `boto3.client`, wall ms"),
+            ("first_request_ttft_cpu_ms", "first request's `ttft_cpu_ms` after the cold start"),
+            ("warm_request_ttft_cpu_ms", "second (warm) request's `ttft_cpu_ms`"),
+        ):
+            spread = cold[key]
+            out.append(f"| {title} | {_cell(spread['min'])} | {_cell(spread['median'])} | {_cell(spread['max'])} |")
+        out += [
+            "",
+            f"CPU ratio of the medians {_cell(cold['cold_init_cpu_ratio'])} "
+            f"(wall {_cell(cold['cold_init_wall_ratio'])}); "
+            f"the artifact built in {_cell(cold.get('build_s'))} s.",
+        ]
     if doc.get("many_streams"):
         out += [
             "",

@@ -13,27 +13,23 @@ import datetime
 import json
 import os
 import platform
-import socket
-import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import encoders, function, many, report, responses_encoder
+from bench import cold as cold_start
+from bench import encoders, function, instructions, many, report, responses_encoder
+from bench.cold import InitClock, cpu_ns
 from bench.peers import PEERS, reset_peak_rss, status_kb
-from sagestream_local import runtime_api
 from sagestream_local.endpoint import Scenario
-from sagestream_local.runtime_api import Pool
 from sagestream_local.stack import LocalStack
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHONPATH = os.pathsep.join([str(ROOT), str(ROOT / "src")])
-BOTO3_CLIENT = "import boto3; boto3.client('sagemaker-runtime', region_name='us-east-1')"
 # The cold-start request: a short streamed chat, as a Function URL would send it (payload 2.0).
 COLD_EVENT: dict[str, Any] = {
     **json.loads((ROOT / "events" / "chat-stream.json").read_text()),
@@ -71,112 +67,6 @@ def workloads(quick: bool) -> dict[str, dict[str, Any]]:
             # minutes per peer on a small machine: the peers whose memory tells something
             "peers": ["sagestream", "line-iterator"] if quick else ["sagestream", "buffered", "line-iterator"],
         },
-    }
-
-
-# --------------------------------------------------------------------------------- the runtime process
-
-
-def cpu_ns(pid: int) -> int:
-    """Time the process has spent on a CPU, all threads (``/proc/PID/schedstat``: ns, not clock ticks)."""
-    total = 0
-    for task in os.listdir(f"/proc/{pid}/task"):
-        with open(f"/proc/{pid}/task/{task}/schedstat") as f:
-            total += int(f.read().split()[0])
-    return total
-
-
-class InitClock:
-    """Runtime process start (its ``Popen``) and its first ``/next`` poll, per execution environment."""
-
-    def __init__(self) -> None:
-        self.spawned: dict[int, float] = {}
-        self.first_next: dict[int, float] = {}
-        env_class = runtime_api.ExecutionEnvironment
-        spawn, next_invocation = env_class._spawn, env_class.next_invocation
-        clock = self
-
-        def timed_spawn(env: runtime_api.ExecutionEnvironment) -> None:
-            clock.spawned[id(env)] = time.monotonic()
-            spawn(env)
-
-        def timed_next(
-            env: runtime_api.ExecutionEnvironment, connection: socket.socket
-        ) -> runtime_api.Invocation | None:
-            clock.first_next.setdefault(id(env), time.monotonic())
-            return next_invocation(env, connection)
-
-        env_class._spawn = timed_spawn  # type: ignore[method-assign]
-        env_class.next_invocation = timed_next  # type: ignore[method-assign]
-
-    def wait(self, env: runtime_api.ExecutionEnvironment, timeout_s: float = 30.0) -> float:
-        deadline = time.monotonic() + timeout_s
-        while id(env) not in self.first_next:
-            if time.monotonic() > deadline:
-                raise TimeoutError("the runtime process never polled /next")
-            time.sleep(0.002)
-        return (self.first_next[id(env)] - self.spawned[id(env)]) * 1000
-
-
-class FirstChunk:
-    """A :class:`~sagestream_local.runtime_api.Sink` that notes when the first body byte arrived."""
-
-    def __init__(self) -> None:
-        self.first: float | None = None
-        self.status: int | None = None
-        self.ended = threading.Event()
-
-    def prelude(self, prelude: Any) -> None:
-        self.status = prelude.status
-
-    def chunk(self, data: bytes) -> None:
-        if self.first is None and data:
-            self.first = time.monotonic()
-
-    def end(self, error: Any) -> None:
-        self.ended.set()
-
-
-def _first_chunk_ms(pool: Pool) -> float:
-    """One streamed chat request straight to the pool's Runtime API: submit to its first body byte, in ms."""
-    sink = FirstChunk()
-    started = time.monotonic()
-    invocation = pool.submit(COLD_EVENT, sink)
-    if not invocation.wait(30) or not sink.ended.wait(5) or sink.status != 200 or sink.first is None:
-        raise RuntimeError(f"the cold-start request failed: HTTP {sink.status}")
-    return (sink.first - started) * 1000
-
-
-def cold_init(clock: InitClock, env: dict[str, str], samples: int, sim: Any) -> dict[str, Any]:
-    """Runtime start to first /next, against a bare ``boto3.client`` process, alternated, medians.
-
-    Then, in the same fresh process, one streamed chat request and a second one: the first pays what init
-    left for first use (the request models, the upstream connection), the second is a warm request.
-    """
-    runtime_ms, boto3_ms, first_ms, warm_ms = [], [], [], []
-    sim.set_scenario(tokens=2, cadence_ms=0, ttft_ms=0)  # the endpoint answers at once: the function's time shows
-    try:
-        for _ in range(samples):
-            with Pool(size=1, env=env) as pool:
-                runtime_ms.append(clock.wait(pool.environments[0]))
-                first_ms.append(_first_chunk_ms(pool))
-                warm_ms.append(_first_chunk_ms(pool))
-            started = time.monotonic()
-            subprocess.run([sys.executable, "-c", BOTO3_CLIENT], check=True, timeout=60, env={**os.environ, **env})
-            boto3_ms.append((time.monotonic() - started) * 1000)
-    finally:
-        sim.reset_scenario()
-    runtime, baseline = statistics.median(runtime_ms), statistics.median(boto3_ms)
-    return {
-        "runtime_init_ms": round(runtime, 1),
-        "boto3_client_ms": round(baseline, 1),
-        "cold_init_ratio": round(runtime / baseline, 3),
-        "first_request_ms": round(statistics.median(first_ms), 1),
-        "warm_request_ms": round(statistics.median(warm_ms), 1),
-        "samples": samples,
-        "runtime_init_ms_all": [round(x, 1) for x in runtime_ms],
-        "boto3_client_ms_all": [round(x, 1) for x in boto3_ms],
-        "first_request_ms_all": [round(x, 1) for x in first_ms],
     }
 
 
@@ -231,7 +121,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer runs and tokens (under a minute)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     parser.add_argument("--peers", default=",".join(PEERS), help="comma-separated subset")
-    parser.add_argument("--workloads", default=None, help="comma-separated subset (many-streams: bench.many's K)")
+    parser.add_argument(
+        "--workloads",
+        default=None,
+        help="comma-separated subset of the workloads and of 'cold', 'instructions', 'many-streams'",
+    )
+    parser.add_argument("--artifact", type=Path, default=None, help="an artifact already built (else built first)")
     args = parser.parse_args(argv)
     began = time.monotonic()
     specs = workloads(args.quick)
@@ -252,9 +147,26 @@ def main(argv: list[str] | None = None) -> int:
     responses_encoder_figures = responses_encoder.compare(1000, 11 if args.quick else 31)
     responses_encoder_figures["function"] = responses_encoder.function_cpu(runs=5 if args.quick else 15)
     print(responses_encoder.line(responses_encoder_figures), flush=True)
+    # Besides the workloads, two parts of their own: the artifact's cold start and the instruction counts.
+    parts = set(args.workloads.split(",")) if args.workloads else {*specs, "cold", "instructions"}
+    cold: dict[str, Any] = {}
+    steady: dict[str, Any] = {}
+    python313 = cold_start.find_python313()
+    if "cold" in parts:
+        if python313 is None:
+            parser.error(
+                "no CPython 3.13 (python3.13 on PATH or ~/.pyenv/versions/3.13*): cold start is measured on "
+                "the artifact as Lambda runs it"
+            )
+        if args.artifact is not None:
+            artifact, build_s = args.artifact, None
+        else:
+            artifact, build_s = cold_start.build_artifact(ROOT / ".aws-sam" / "bench" / "SageStreamFunction")
+            print(f"artifact built in {build_s:.1f} s (build-SageStreamFunction, as sam build runs it)", flush=True)
     clock = InitClock()
     base = Scenario(dialect="openai", non_ascii=0.1)
     stacks: dict[str, LocalStack] = {}
+    failures: list[str] = []
     docs: dict[str, dict[str, Any]] = {w: {} for w in specs}
     timelines: dict[str, tuple[list[int], int]] = {}
     sends: tuple[list[int], int] | None = None
@@ -276,12 +188,20 @@ def main(argv: list[str] | None = None) -> int:
             clock.wait(stack.pool.environments[0])
             warm(stack.url)
         log.new_records()  # the warm-up's
-        cold = cold_init(clock, shared, 1 if args.quick else 5, sim)
-        print(
-            f"cold init: {cold['runtime_init_ms']} ms vs boto3.client {cold['boto3_client_ms']} ms; first request "
-            f"{cold['first_request_ms']} ms to its first byte, a warm one {cold['warm_request_ms']} ms",
-            flush=True,
-        )
+        if "cold" in parts:
+            assert python313 is not None
+            cold = cold_start.cold_init(clock, shared, 7, sim, artifact, python313, COLD_EVENT)
+            cold["build_s"] = None if build_s is None else round(build_s, 1)
+            print(
+                f"cold init of the artifact, CPU ms: {cold['runtime_init_cpu_ms']} vs boto3.client "
+                f"{cold['boto3_client_cpu_ms']} (ratio of medians {cold['cold_init_cpu_ratio']}); first request's "
+                f"ttft_cpu_ms {cold['first_request_ttft_cpu_ms']['median']}, a warm one's "
+                f"{cold['warm_request_ttft_cpu_ms']['median']}",
+                flush=True,
+            )
+        if "instructions" in parts:
+            steady = instructions.measure(clock, sim, shared, COLD_EVENT, args.quick)
+            print(f"steady figures: {json.dumps(steady)}", flush=True)
         encoder_figures = encoders.compare(deltas=2_000 if args.quick else 20_000)
         print(
             f"encoders: messages {encoder_figures['messages_us_per_delta']} us/delta vs chat "
@@ -300,7 +220,15 @@ def main(argv: list[str] | None = None) -> int:
                 target = stack.url if stack is not None else sim.url
                 pid = _runtime_pid(stack) if stack is not None else None
                 timeout = 60 + spec["tokens"] / 1000 + spec["runs"] * 5
-                result, _ = run_peer(peer, target, spec["runs"], keep_times, shared, pid, timeout)
+                try:
+                    result, _ = run_peer(peer, target, spec["runs"], keep_times, shared, pid, timeout)
+                except subprocess.SubprocessError as exc:
+                    # One peer's failed turn (a loaded host can push buffered's 200k-token answer past its
+                    # deadline) is noted in the report; the other figures of the run still count.
+                    print(f"{workload:15} {peer:22} failed: {exc}", flush=True)
+                    failures.append(f"{workload} / {peer}: {exc}")
+                    sim.clear_records()
+                    continue
                 records = sim.records
                 docs[workload][peer] = report.metrics(result, records)
                 if peer == "sagestream":
@@ -352,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         notes.append(
             "QUICK: fewer runs, 5,000 deltas on throughput and 20,000 tokens on long (full: 100k / 200k), fewer "
-            "peers on mpt7b-like, throughput and long, one cold-init sample."
+            "peers on mpt7b-like, throughput and long, one counted request (instructions) instead of three."
         )
     doc: dict[str, Any] = {
         "peers": {peer: dict(docs["tinyllama-like"].get(peer, {})) for peer in peers}
@@ -364,12 +292,13 @@ def main(argv: list[str] | None = None) -> int:
         "cold": cold,
         "encoders": encoder_figures,
         "responses_encoder": responses_encoder_figures,
-        "settings": {"quick": args.quick, "workloads": specs, "notes": notes},
+        "steady": steady,
+        "settings": {"quick": args.quick, "workloads": specs, "notes": notes + [f"failed: {f}" for f in failures]},
         "elapsed_s": round(time.monotonic() - began, 1),
     }
     if "sagestream" in doc["peers"]:
         headline = doc["peers"]["sagestream"]
-        headline["cold_init_ratio"] = cold["cold_init_ratio"]
+        headline["cold_init_cpu_ratio"] = cold.get("cold_init_cpu_ratio")
         headline["deltas_per_s"] = docs.get("throughput", {}).get("sagestream", {}).get("deltas_per_s")
         headline["rss_growth_mb"] = docs.get("long", {}).get("sagestream", {}).get("rss_growth_mb")
         throughput = docs.get("throughput", {}).get("sagestream", {})
@@ -379,7 +308,10 @@ def main(argv: list[str] | None = None) -> int:
         reader = doc["peers"].get("line-iterator", {}).get("cpu_us_per_delta")
         mine = headline.get("cpu_us_per_delta")
         headline["cpu_per_delta_vs_line_iterator"] = round(mine / reader, 3) if mine and reader else None
-    doc["targets"] = {name: {"measured": value, "met": met} for name, value, met in report.target_rows(doc)}
+    doc["targets"] = {
+        name: {"measured": value, "met": met, "kind": kind} for name, value, met, kind in report.target_rows(doc)
+    }
+    doc["retired_targets"] = report.RETIRED
     report.write(args.out, doc)
     if timelines and sends is not None:
         report.timeline(args.out / "timeline.png", timelines, sends)

@@ -74,14 +74,17 @@ class LineSplitter:
             self._buffer += data
             self._check_tail()
             return []
-        lines = [self._line(bytes(self._buffer) + data[:newline])]
+        lines = [self._line(bytes(self._buffer) + data[:newline] if self._buffer else data[:newline])]
         start = newline + 1
         while (newline := data.find(b"\n", start)) >= 0:
             lines.append(self._line(data[start:newline]))
             start = newline + 1
-        # Replaced, not trimmed in place: the old tail may have been as long as the cap.
-        self._buffer = bytearray(data[start:])
-        self._check_tail()
+        if start < len(data):
+            # Replaced, not trimmed in place: the old tail may have been as long as the cap.
+            self._buffer = bytearray(data[start:])
+            self._check_tail()
+        elif self._buffer:
+            self._buffer = bytearray()  # the part ended on a line end, as most do: no tail to keep
         return lines
 
     def finish(self) -> list[bytes]:

@@ -88,6 +88,8 @@ def relay(parts: Iterable[bytes], decoder: StreamDecoder, encoder: StreamEncoder
 
 
 def _deltas(line: bytes, decoder: StreamDecoder, encoder: StreamEncoder) -> Iterator[tuple[Delta, bytes]]:
+    if not line:
+        return  # the blank line after each SSE event carries nothing
     data = sse_data(decode_line(line))
     if data is None:
         return

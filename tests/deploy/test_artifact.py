@@ -1,21 +1,25 @@
-"""``sam build`` makes the artifact without Docker or a local python3.13, and that artifact serves a stream.
+"""``sam build`` makes the artifact without Docker, compiled by python3.13, and that artifact serves a stream.
 
-One build for the template's arm64 (inspected: contents, the wrapper's executable bit, the size zipped as
-``sam deploy`` zips it), and one for this machine's architecture, which runs a streamed chat request under
-``sagestream_local`` with python3.13, started through the exec wrapper as Lambda starts it.
+One build for the template's arm64 (inspected: contents, the wrapper's executable bit, every module's
+bytecode, the size zipped as ``sam deploy`` zips it), and one for this machine's architecture, which is
+imported under python3.13 from a re-timestamped copy (nothing compiled, nothing written) and runs a streamed
+chat request under ``sagestream_local``, started through the exec wrapper as Lambda starts it.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import re
+import shutil
 import subprocess
 import sys
 import time
 import tomllib
 import zipfile
 from collections.abc import Iterator
+from importlib.util import cache_from_source
 from pathlib import Path
 
 import pytest
@@ -91,7 +95,8 @@ def test_the_artifact_holds_the_package_the_wrapper_and_the_pinned_dependencies(
 def test_the_artifact_leaves_out_what_is_not_deployed(artifact: Path) -> None:
     names = {p.relative_to(artifact).as_posix() for p in artifact.rglob("*")}
     assert not [n for n in names if n.startswith(("sagestream_local", "tests", "bench", "events", ".venv"))]
-    assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
+    # Bytecode only as the build compiled it: next to its source, for CPython 3.13 (see the tests below).
+    assert not [n for n in names if n.endswith(".pyc") and not n.endswith(".cpython-313.pyc")]
     assert not [n for n in names if ".egg-info" in n or n.startswith("bin/")]
     assert not (artifact / "template.yaml").exists() and not (artifact / "Makefile").exists()
 
@@ -119,6 +124,21 @@ def test_the_wheels_are_for_lambda_arm64_not_this_machine(artifact: Path) -> Non
         assert e_machine == ELF_MACHINE["arm64"], f"{so.name}: ELF machine {e_machine:#x}"
 
 
+def test_every_module_shipped_has_its_unchecked_hash_bytecode_for_python313(artifact: Path) -> None:
+    # The header of a .pyc (PEP 552): the interpreter's magic number, then flags: 0b01 is hash-based and
+    # unchecked, the one kind Lambda's read-only, re-timestamped /var/task never finds stale.
+    sources = sorted(artifact.rglob("*.py"))
+    assert len(sources) > 500  # botocore, pydantic, Powertools and the function
+    magic = PYTHON313_MAGIC
+    wrong = []
+    for source in sources:
+        pyc = Path(cache_from_source(str(source)).replace(f".{sys.implementation.cache_tag}.", ".cpython-313."))
+        header = pyc.read_bytes()[:8] if pyc.exists() else b""
+        if header[:4] != magic or int.from_bytes(header[4:8], "little") != 0b01:
+            wrong.append(f"{source.relative_to(artifact)}: {header.hex() or 'no .pyc'}")
+    assert not wrong, f"{len(wrong)} of {len(sources)} sources lack a 3.13 unchecked-hash .pyc: {wrong[:5]}"
+
+
 def test_every_aws_service_the_function_calls_keeps_its_botocore_model(artifact: Path) -> None:
     # The build drops botocore's models of services the function never calls; a new client must be kept.
     source = "\n".join(p.read_text() for p in (ROOT / "src" / "sagestream").glob("*.py"))
@@ -135,6 +155,8 @@ def test_every_aws_service_the_function_calls_keeps_its_botocore_model(artifact:
 # --- the artifact, built for this machine, serving one streamed request ---------------------------------
 
 PYTHON313 = find_python313()
+# CPython 3.13's .pyc magic number (3571), as its importlib says; a constant so the static test needs no 3.13.
+PYTHON313_MAGIC = (3571).to_bytes(2, "little") + b"\r\n"
 
 
 @pytest.fixture(scope="module")
@@ -146,9 +168,14 @@ def native_artifact(sam: Path, artifact: Path, tmp_path_factory: pytest.TempPath
     return build(sam, tmp_path_factory.mktemp("sam-native"), machine_arch())
 
 
+def files_of(root: Path) -> set[str]:
+    return {p.relative_to(root).as_posix() for p in root.rglob("*")}
+
+
 @pytest.fixture
-def artifact_function(native_artifact: Path) -> Iterator[str]:
-    """The local Function URL in front of one runtime process started from the artifact by its wrapper."""
+def artifact_function(native_artifact: Path) -> Iterator[tuple[str, set[str]]]:
+    """The local Function URL in front of one runtime process started from the artifact by its wrapper, and
+    the artifact's files before that process started."""
     assert PYTHON313 is not None
     env = {
         # As Lambda runs it: the wrapper gets the managed runtime's command line (which it must ignore) and
@@ -158,13 +185,15 @@ def artifact_function(native_artifact: Path) -> Iterator[str]:
         "PYTHONPATH": "",  # nothing from this checkout: the artifact alone
         "PYTHONNOUSERSITE": "1",
         "_HANDLER": "sagestream.app.handler",
+        "PYTHONDONTWRITEBYTECODE": "",  # bytecode writing on, as on Lambda: the test sees whether any is due
     }
+    before = files_of(native_artifact)
     command = [str(native_artifact / "sagestream-bootstrap"), "/var/lang/bin/python3.13", "/var/runtime/bootstrap.py"]
     scenario = Scenario(ttft_ms=5, cadence_ms=1, tokens=12)
     with LocalStack(
         port=0, concurrency=1, timeout_s=60, env=env, scenario=scenario, upstream="simulated", command=command
     ) as stack:
-        yield stack.url
+        yield stack.url, before
 
 
 def test_the_artifact_imports_on_python313_with_nothing_else_on_the_path(native_artifact: Path) -> None:
@@ -199,9 +228,79 @@ def test_the_jwt_check_imports_from_the_artifact_with_its_compiled_cryptography(
     assert all(path.startswith(str(native_artifact)) for path in out.stdout.split()), out.stdout
 
 
-def test_a_chat_request_streams_through_the_built_artifact(artifact_function: str) -> None:
+# Run by python3.13 -S in a copy of the artifact: what importing the function (as its init does) compiled from
+# source, through the loader's one door for that, and whether bytecode writing was on.
+IMPORT_PROBE = """
+import importlib.machinery, json, sys
+compiled = []
+source_to_code = importlib.machinery.SourceFileLoader.source_to_code
+def counted(self, data, path, *args, **kwargs):
+    compiled.append(path)
+    return source_to_code(self, data, path, *args, **kwargs)
+importlib.machinery.SourceFileLoader.source_to_code = counted
+import sagestream.runtime, sagestream.app
+print(json.dumps({"compiled": compiled, "dont_write_bytecode": sys.dont_write_bytecode,
+                  "modules": sum(1 for m in sys.modules.values() if getattr(m, "__cached__", None))}))
+"""
+
+
+def import_in_copy(artifact: Path, copy: Path) -> tuple[dict[str, object], set[str]]:
+    """Import the function from ``copy`` of ``artifact``, every file re-timestamped as Lambda's /var/task is
+    (a timestamp-checked .pyc would then be stale); what the probe saw, and the files the import added."""
+    assert PYTHON313 is not None
+    shutil.copytree(artifact, copy, symlinks=True)
+    later = time.time() + 3600
+    for path in copy.rglob("*"):
+        os.utime(path, (later, later), follow_symlinks=False)
+    before = files_of(copy)
+    env = {
+        "PYTHONPATH": str(copy),
+        "PATH": os.environ.get("PATH", ""),
+        "AWS_REGION": "us-east-1",  # both, as Lambda sets them (botocore reads the second)
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_CONFIG_FILE": os.devnull,
+        "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+        "SAGEMAKER_ENDPOINT_NAME": "probe",
+        "AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME": "http://127.0.0.1:9",
+    }
+    out = subprocess.run(
+        [PYTHON313, "-S", "-c", IMPORT_PROBE], env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    added = files_of(copy) - before
+    return json.loads(out.stdout.splitlines()[-1]), added
+
+
+def test_importing_the_artifact_on_python313_compiles_nothing_and_writes_nothing(
+    native_artifact: Path, tmp_path: Path
+) -> None:
+    seen, added = import_in_copy(native_artifact, tmp_path / "task")
+    assert seen["dont_write_bytecode"] is False  # writing was allowed: nothing was written because nothing was due
+    assert isinstance(seen["modules"], int) and seen["modules"] > 300
+    assert seen["compiled"] == [] and added == set(), (seen["compiled"][:5], sorted(added)[:5])
+
+
+def test_the_import_probe_sees_a_module_without_bytecode(native_artifact: Path, tmp_path: Path) -> None:
+    # The check above can fail: with one .pyc gone, that module is compiled from source and its .pyc written.
+    stripped = tmp_path / "stripped"
+    shutil.copytree(native_artifact, stripped, symlinks=True)
+    pyc = Path(
+        cache_from_source(str(stripped / "sagestream" / "relay.py")).replace(
+            f".{sys.implementation.cache_tag}.", ".cpython-313."
+        )
+    )
+    pyc.unlink()
+    seen, added = import_in_copy(stripped, tmp_path / "task")
+    assert seen["compiled"] == [str(tmp_path / "task" / "sagestream" / "relay.py")]
+    assert added == {"sagestream/__pycache__/" + pyc.name}
+
+
+def test_a_chat_request_streams_through_the_built_artifact(
+    artifact_function: tuple[str, set[str]], native_artifact: Path
+) -> None:
+    url, files_before = artifact_function
     response = request(
-        artifact_function,
+        url,
         "POST",
         "/v1/chat/completions",
         {"messages": [{"role": "user", "content": "Hello"}], "stream": True},
@@ -214,3 +313,5 @@ def test_a_chat_request_streams_through_the_built_artifact(artifact_function: st
     text = "".join(e["choices"][0]["delta"].get("content") or "" for e in events[:-1] if e["choices"])
     assert text.strip()
     assert len(response.chunks) > 3  # streamed as it came, not in one piece
+    # Init and a first request (its lazy imports included) found every module compiled: nothing written.
+    assert files_of(native_artifact) == files_before, sorted(files_of(native_artifact) - files_before)[:5]

@@ -395,15 +395,18 @@ def test_the_response_socket_has_tcp_nodelay_and_each_write_is_one_send(monkeypa
         stream.start(200, {})
         sock = stream._sock
         flags.append(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
-        real = sock.sendall
 
         class Counting:
             def __getattr__(self, name):
                 return getattr(sock, name)
 
+            def send(self, data):
+                sends.append(bytes(data))
+                return sock.send(data)
+
             def sendall(self, data):
                 sends.append(bytes(data))
-                return real(data)
+                return sock.sendall(data)
 
         stream._sock = Counting()
         stream.write(b"a")
@@ -597,3 +600,58 @@ def test_the_runtime_and_prelude_docstring_examples_hold() -> None:
     for module in (runtime, function_url):
         result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
         assert result.attempted > 0 and result.failed == 0, module.__name__
+
+
+# --- /next's answer, read by hand (NextConnection) ---
+
+
+def _answering(*answers: bytes) -> tuple[str, list[bytes]]:
+    """A server on loopback that reads a request head and sends the next canned answer, on one connection."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    heads: list[bytes] = []
+
+    def serve() -> None:
+        conn, _ = server.accept()
+        with conn, server:
+            for answer in answers:
+                head = b""
+                while b"\r\n\r\n" not in head:
+                    head += conn.recv(4096)
+                heads.append(head)
+                conn.sendall(answer)
+
+    threading.Thread(target=serve, daemon=True).start()
+    return f"127.0.0.1:{server.getsockname()[1]}", heads
+
+
+def test_next_reads_a_content_length_answer_then_a_chunked_one_on_one_connection() -> None:
+    event = json.dumps({"rawPath": "/x"}).encode()
+    address, heads = _answering(
+        b"HTTP/1.1 200 OK\r\nLambda-Runtime-Aws-Request-Id: r-1\r\nlambda-runtime-trace-id: Root=1-a\r\n"
+        b"Lambda-Runtime-Deadline-Ms: 4102444800000\r\nContent-Length: %d\r\n\r\n%b" % (len(event), event),
+        b"HTTP/1.1 200 OK\r\nLambda-Runtime-Aws-Request-Id: r-2\r\nLambda-Runtime-Deadline-Ms: 4102444800000\r\n"
+        b"Transfer-Encoding: chunked\r\n\r\n5\r\n%b\r\n%x\r\n%b\r\n0\r\n\r\n" % (event[:5], len(event) - 5, event[5:]),
+    )
+    client = RuntimeAPIClient(address)
+    first, second = client.next_invocation(), client.next_invocation()
+    assert (first.request_id, first.trace_id, first.event) == ("r-1", "Root=1-a", {"rawPath": "/x"})
+    assert (second.request_id, second.trace_id, second.event) == ("r-2", None, {"rawPath": "/x"})
+    assert first.context.deadline_ms == 4102444800000
+    assert heads[0].startswith(b"GET /2018-06-01/runtime/invocation/next HTTP/1.1\r\nHost: 127.0.0.1:")
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [b"garbage\r\n\r\n", b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n{}", b"HTTP/1.1 200 OK\r\n\r\n{}", b""],
+    ids=["no status line", "body cut short", "no length", "closed"],
+)
+def test_an_unreadable_next_answer_raises_and_the_next_poll_reconnects(answer: bytes) -> None:
+    import http.client
+
+    address, _ = _answering(answer)
+    client = RuntimeAPIClient(address)
+    with pytest.raises((http.client.HTTPException, OSError)):
+        client.next_invocation()
+    assert client._next_conn is None  # dropped: the next poll opens a new connection

@@ -1,0 +1,58 @@
+"""The instruction counts are read right: marks pair with callgrind's numbered dumps, targets say their kind."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench import counted, instructions, report
+
+
+def test_each_mark_is_the_work_since_the_previous_one() -> None:
+    assert counted.intervals("event 100\ncall 250\ncalled 1250\nwrite 1300\n") == [
+        ("event", 0),
+        ("call", 150),
+        ("called", 1000),
+        ("write", 50),
+    ]
+
+
+def test_dump_n_is_the_interval_that_mark_n_ends(tmp_path: Path) -> None:
+    (tmp_path / "marks").write_text("event 1\ncall 2\nwrite 3\n")
+    for n, total in [(1, 500), (2, 70), (3, 9000), (10, 1)]:
+        (tmp_path / f"callgrind.77.{n}").write_text(f"version: 1\ncreator: x\nsummary: {total}\ntotals: {total}\n")
+    (tmp_path / "callgrind.77").write_text("summary: 123456\n")  # the dump at exit: not a mark's
+    assert instructions._dumps(tmp_path) == [500, 70, 9000, 1]
+    with pytest.raises(RuntimeError, match="3 marks but 4 callgrind dumps"):
+        instructions._intervals(tmp_path, counting=True)
+
+
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="needs valgrind: the bench leaves these counts out")
+def test_callgrind_counts_more_between_marks_that_do_more(tmp_path: Path) -> None:
+    code = (
+        "from bench.counted import mark\n"
+        "mark('start'); sum(range(1000)); mark('small'); sum(range(100000)); mark('large')\n"
+    )
+    command = instructions._command([sys.executable, "-c", code], tmp_path, counting=True)
+    env = {**os.environ, "COUNTED_MARKS": str(tmp_path / "marks"), "PYTHONPATH": instructions.PYTHONPATH}
+    subprocess.run(command, env=env, check=True, capture_output=True, timeout=300)
+    (_, _), (_, small), (_, large) = instructions._intervals(tmp_path, counting=True)
+    assert 0 < small < large and large > 50 * small
+
+
+def test_every_target_says_what_kind_of_figure_it_is() -> None:
+    doc = {
+        "cold": {"cold_init_cpu_ratio": 1.6, "first_token_cold_minus_warm_cpu_ms": 2.3},
+        "steady": {"instructions": {"per_delta_vs_line_iterator": 1.19, "first_token_own": 1_400_000}, "cpu": {}},
+        "workloads": {},
+    }
+    rows = {name: (value, met, kind) for name, value, met, kind in report.target_rows(doc)}
+    assert rows["instructions per delta <= 1.2x line-iterator's"] == (1.19, True, "instructions")
+    assert rows["cold init CPU <= 1.15x a bare boto3 client"] == (1.6, False, "CPU")
+    assert rows["first-token own CPU <= 0.25 ms (warm)"] == (None, None, "CPU")
+    assert {kind for _, _, kind in rows.values()} <= {"instructions", "CPU", "wall", "memory"}
