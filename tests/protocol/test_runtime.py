@@ -186,10 +186,14 @@ def test_fifty_paced_writes_arrive_as_fifty_separate_arrivals(local_function: St
 
 def test_eight_concurrent_requests_on_four_processes_each_get_their_own_body(local_function: Start) -> None:
     url = local_function("tests.handlers.paced", size=4)
-    results: dict[int, bytes] = {}
+    results: dict[int, tuple[int, bytes]] = {}
 
     def one(i: int) -> None:
-        results[i] = request(url.url, "POST", "/", {"writes": 5, "interval_ms": 20, "size": 12, "tag": f"r{i}"}).body
+        resp = request(url.url, "POST", "/", {"writes": 5, "interval_ms": 20, "size": 12, "tag": f"r{i}"})
+        results[i] = (resp.status, resp.body)
+
+    def own(i: int) -> bytes:
+        return b"".join(f"r{i}:{k}:".encode().ljust(12, b".") for k in range(5))
 
     threads = [threading.Thread(target=one, args=(i,)) for i in range(8)]
     started = time.monotonic()
@@ -199,10 +203,18 @@ def test_eight_concurrent_requests_on_four_processes_each_get_their_own_body(loc
         t.join(30)
     elapsed = time.monotonic() - started
     assert sorted(results) == list(range(8))
-    for i, body in results.items():
-        assert body == b"".join(f"r{i}:{k}:".encode().ljust(12, b".") for k in range(5))
-    # 8 requests of ~80 ms on 4 processes need two rounds; generous bound, it only shows they queued.
-    assert elapsed < 20
+    # Beyond the four environments a Function URL throttles rather than queues (the local front waits a short
+    # grace for one to free up first): on a loaded host some of the eight may get Lambda's 429. None may ever
+    # get another request's body, and at least one round of four is served.
+    served = [i for i, (status, _) in results.items() if status == 200]
+    for i, (status, body) in results.items():
+        assert (status, body) in ((200, own(i)), (429, b'{"Message":"Rate Exceeded."}')), (i, status, body)
+    assert len(served) >= 4
+    # A throttled request sent again, once the others are done, is served with its own body.
+    for i in sorted(set(results) - set(served)):
+        again = request(url.url, "POST", "/", {"writes": 5, "interval_ms": 20, "size": 12, "tag": f"r{i}"})
+        assert (again.status, again.body) == (200, own(i))
+    assert elapsed < 20  # generous: it only shows that nothing waited for a timeout
 
 
 def test_a_crashed_process_is_replaced_and_the_next_request_succeeds(local_function: Start) -> None:
