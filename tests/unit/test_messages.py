@@ -129,6 +129,24 @@ def test_two_tool_calls_are_two_tool_use_blocks() -> None:
     assert [(b.id, b.input) for b in message.content] == [("a", {"x": 1}), ("b", {"y": 2})]
 
 
+def test_a_container_that_repeats_the_calls_id_in_every_chunk_still_makes_one_tool_use_block() -> None:
+    # Some OpenAI-compatible servers send the call's id again with each argument fragment; only a new id (or
+    # index) starts a new call.
+    enc = encoder()
+    fragments = ['{"ci', 'ty": "Paris"}']
+    calls = [
+        Delta(tool_calls=[{"index": 0, "id": "a", "function": {"name": "get_weather", "arguments": ""}}]),
+        *(Delta(tool_calls=[{"index": 0, "id": "a", "function": {"arguments": f}}]) for f in fragments),
+        Delta(tool_calls=[{"index": 0, "id": "b", "function": {"name": "get_time", "arguments": "{}"}}]),
+        Delta(finish_reason="tool_calls"),
+    ]
+    message = accumulated(b"".join(enc.encode(d) for d in calls) + enc.done())
+    assert [(b.id, b.name, b.input) for b in message.content] == [
+        ("a", "get_weather", {"city": "Paris"}),
+        ("b", "get_time", {}),
+    ]
+
+
 @pytest.mark.parametrize(
     ("finish", "stops", "text", "reason", "sequence"),
     [
