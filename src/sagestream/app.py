@@ -275,6 +275,8 @@ class App:
         route = self.routes.get(path)
         if route is not None and route.api is not None:
             call.writer.error_body = route.api.error_body  # refusals from here on take the route's shape
+        elif route is None and path.startswith("/v1/messages/"):
+            call.writer.error_body = MESSAGES.error_body  # batches and the like: only an Anthropic client asks
         # Unknown /v1 paths need the key too: without it nobody learns which routes exist.
         if route.keyed if route is not None else requires_key(path):
             identity = self.auth.check(request.headers)

@@ -269,6 +269,14 @@ def test_every_refusal_on_the_route_has_anthropics_shape_and_status() -> None:
     assert "error" in json.loads(run(open_app, "POST", "/v1/chat/completions", {"messages": "x"}).body)
 
 
+def test_an_anthropic_path_this_endpoint_lacks_is_refused_in_anthropics_shape() -> None:
+    # client.messages.batches.create() and the like: the SDK's user gets Anthropic's error, key check first.
+    keyed = messages_app(AUTH_MODE="api_key", API_KEYS="k-1")
+    assert anthropic_error(run(keyed, "POST", "/v1/messages/batches", {}))[:2] == (401, "authentication_error")
+    status, kind, message = anthropic_error(run(keyed, "POST", "/v1/messages/batches", {}, {"x-api-key": "k-1"}))
+    assert (status, kind) == (404, "not_found_error") and "/v1/messages/batches" in message
+
+
 def test_a_stream_through_the_app_is_one_write_per_delta_and_ends_with_message_stop() -> None:
     upstream = Upstream(scenario=Scenario(ttft_ms=0, cadence_ms=0, tokens=5, non_ascii=0))
     stream = run(messages_app(upstream), "POST", "/v1/messages", {**ASK_BODY, "stream": True})
