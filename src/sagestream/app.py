@@ -454,17 +454,13 @@ class App:
         except APIError as err:
             raise parsed.in_client_terms(err) from None
         payload = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+        ids = self._upstream_ids(call, cfg, None)
+        record.inference_id = ids.inference_id  # as on the completion routes: the id SageMaker keeps the call by
         with self.telemetry.upstream(record):
             try:
                 answer = dialects.decode_body(
                     cfg.dialect,
-                    upstream.invoke(
-                        self.client,
-                        cfg,
-                        payload,
-                        deadline=self._deadline(call),
-                        ids=self._upstream_ids(call, cfg, None),
-                    ),
+                    upstream.invoke(self.client, cfg, payload, deadline=self._deadline(call), ids=ids),
                     parsed.request,
                 )
             except (dialects.DecodeError, dialects.UpstreamStreamError) as exc:

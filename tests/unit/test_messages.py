@@ -316,6 +316,18 @@ def test_count_tokens_is_the_containers_own_prompt_count() -> None:
     assert json.loads(resp.body) == {"input_tokens": whole["usage"]["prompt_tokens"]}
 
 
+def test_count_tokens_notes_the_inference_id_its_call_carried_in_the_log_record() -> None:
+    upstream = Upstream()
+    handler = messages_app(upstream)
+    records: list[Any] = []
+    finish = handler.telemetry.finish
+    handler.telemetry.finish = lambda record, **kw: (records.append(record), finish(record, **kw))
+    resp = run(handler, "POST", "/v1/messages/count_tokens", {"model": "unit-llm", "messages": ASK})
+    assert resp.status == 200
+    sent = upstream.calls[-1][2]["X-Amzn-SageMaker-Inference-Id"]  # as the stub keeps it: str() of the bytes
+    assert records[-1].inference_id is not None and sent == str(records[-1].inference_id.encode())
+
+
 def dialects_answer(upstream: Upstream) -> bytes:
     from sagestream_local.endpoint import whole_answer
 
