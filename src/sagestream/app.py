@@ -152,6 +152,8 @@ class Writer:
         self.head = head
         # The route's client API sets its own error shape (Anthropic's on /v1/messages); OpenAI's otherwise.
         self.error_body: Callable[[APIError], bytes] = APIError.json_bytes
+        # The headers that carry request_id: the anthropic SDKs read request-id (message._request_id).
+        self.id_headers: tuple[str, ...] = ("x-request-id",)
 
     @property
     def started(self) -> bool:
@@ -161,7 +163,7 @@ class Writer:
         if not data:
             return
         if not self.stream.started:
-            self.stream.start(status, {**headers, "x-request-id": self.request_id})
+            self.stream.start(status, {**headers, **dict.fromkeys(self.id_headers, self.request_id)})
         if not self.head:
             self.stream.write(data)
 
@@ -273,10 +275,13 @@ class App:
         request = call.request
         path = request.path.rstrip("/") or "/"
         route = self.routes.get(path)
+        anthropic = route.api is MESSAGES if route is not None else path.startswith("/v1/messages/")
         if route is not None and route.api is not None:
             call.writer.error_body = route.api.error_body  # refusals from here on take the route's shape
-        elif route is None and path.startswith("/v1/messages/"):
+        elif anthropic:
             call.writer.error_body = MESSAGES.error_body  # batches and the like: only an Anthropic client asks
+        if anthropic:
+            call.writer.id_headers = ("x-request-id", "request-id")
         # Unknown /v1 paths need the key too: without it nobody learns which routes exist.
         if route.keyed if route is not None else requires_key(path):
             identity = self.auth.check(request.headers)

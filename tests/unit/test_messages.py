@@ -277,6 +277,34 @@ def test_an_anthropic_path_this_endpoint_lacks_is_refused_in_anthropics_shape() 
     assert (status, kind) == (404, "not_found_error") and "/v1/messages/batches" in message
 
 
+def test_the_anthropic_sdk_finds_the_request_id_under_its_own_header() -> None:
+    # The SDK reads request-id (message._request_id, APIStatusError.request_id), not x-request-id: the id a
+    # user quotes to find the log record must reach it there, on answers and refusals alike.
+    from anthropic import APIStatusError
+
+    handler = messages_app()
+    for method, path, body in (
+        ("POST", "/v1/messages", {**ASK_BODY, "stream": False}),
+        ("POST", "/v1/messages", {**ASK_BODY, "stream": True}),
+        ("POST", "/v1/messages", {**ASK_BODY, "max_tokens": 0}),
+        ("POST", "/v1/messages/count_tokens", {"model": "unit-llm", "messages": ASK}),
+        ("POST", "/v1/messages/batches", {}),
+    ):
+        resp = run(handler, method, path, body)
+        assert resp.headers["x-request-id"] and resp.headers.get("request-id") == resp.headers["x-request-id"], path
+    refused = run(handler, "POST", "/v1/messages", {**ASK_BODY, "max_tokens": 0})
+    import httpx
+
+    err = APIStatusError(
+        "refused",
+        response=httpx.Response(refused.status, headers=refused.headers, request=httpx.Request("POST", "http://x")),
+        body=json.loads(refused.body),
+    )
+    assert err.request_id == refused.headers["x-request-id"]
+    # The OpenAI routes keep their one header.
+    assert "request-id" not in run(handler, "POST", "/v1/chat/completions", {"messages": ASK}).headers
+
+
 def test_a_stream_through_the_app_is_one_write_per_delta_and_ends_with_message_stop() -> None:
     upstream = Upstream(scenario=Scenario(ttft_ms=0, cadence_ms=0, tokens=5, non_ascii=0))
     stream = run(messages_app(upstream), "POST", "/v1/messages", {**ASK_BODY, "stream": True})
