@@ -369,9 +369,12 @@ def message_json(answer: Delta, *, model: str, stop_sequences: tuple[str, ...] =
         try:
             arguments = json.loads(function.get("arguments") or "{}")
         except ValueError:
-            raise APIError.upstream(
-                502, f"The model's arguments for tool call {n} are not JSON.", code="upstream_error"
-            ) from None
+            if answer.finish_reason != "length":
+                raise APIError.upstream(
+                    502, f"The model's arguments for tool call {n} are not JSON.", code="upstream_error"
+                ) from None
+            # max_tokens cut the call: no whole input to give; stop_reason says so (the stream has the fragments).
+            arguments = {}
         content.append(
             {
                 "type": "tool_use",

@@ -224,6 +224,19 @@ def test_a_whole_answer_is_one_message_with_the_same_blocks() -> None:
     assert (message["type"], message["role"], message["model"]) == ("message", "assistant", "m")
 
 
+def test_a_whole_answer_whose_tool_call_max_tokens_cut_is_a_max_tokens_message_not_a_502() -> None:
+    # vLLM with a named tool_choice returns the generated text as the arguments, cut where max_tokens fell.
+    # The container did nothing wrong: a 502 would say it had, and the SDKs would retry the same cut twice.
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"city": "Pa'}}
+    message = json.loads(message_json(Delta(finish_reason="length", tool_calls=[call]), model="m"))
+    assert message["stop_reason"] == "max_tokens"
+    assert message["content"] == [{"type": "tool_use", "id": "c1", "name": "f", "input": {}}]
+    # Not cut, the same arguments are the container's fault.
+    with pytest.raises(APIError) as caught:
+        message_json(Delta(finish_reason="tool_calls", tool_calls=[call]), model="m")
+    assert caught.value.status == 502
+
+
 # --- through the app ----------------------------------------------------------------------------------------
 
 
