@@ -153,6 +153,8 @@ class Writer:
         self.head = head
         # The route's client API sets its own error shape (Anthropic's on /v1/messages); OpenAI's otherwise.
         self.error_body: Callable[[APIError], bytes] = APIError.json_bytes
+        # The headers that carry request_id: the anthropic SDKs read request-id (message._request_id).
+        self.id_headers: tuple[str, ...] = ("x-request-id",)
 
     @property
     def started(self) -> bool:
@@ -162,7 +164,7 @@ class Writer:
         if not data:
             return
         if not self.stream.started:
-            self.stream.start(status, {**headers, "x-request-id": self.request_id})
+            self.stream.start(status, {**headers, **dict.fromkeys(self.id_headers, self.request_id)})
         if not self.head:
             self.stream.write(data)
 
@@ -295,8 +297,13 @@ class App:
         request = call.request
         path = request.path.rstrip("/") or "/"
         route = self.routes.get(path)
+        anthropic = route.api is MESSAGES if route is not None else path.startswith("/v1/messages/")
         if route is not None and route.api is not None:
             call.writer.error_body = route.api.error_body  # refusals from here on take the route's shape
+        elif anthropic:
+            call.writer.error_body = MESSAGES.error_body  # batches and the like: only an Anthropic client asks
+        if anthropic:
+            call.writer.id_headers = ("x-request-id", "request-id")
         # Unknown /v1 paths need the key too: without it nobody learns which routes exist.
         if route.keyed if route is not None else requires_key(path):
             identity = self.auth.check(request.headers)
@@ -481,17 +488,13 @@ class App:
         except APIError as err:
             raise parsed.in_client_terms(err) from None
         payload = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+        ids = self._upstream_ids(call, cfg, None)
+        record.inference_id = ids.inference_id  # as on the completion routes: the id SageMaker keeps the call by
         with self.telemetry.upstream(record):
             try:
                 answer = dialects.decode_body(
                     cfg.dialect,
-                    upstream.invoke(
-                        self.client,
-                        cfg,
-                        payload,
-                        deadline=self._deadline(call),
-                        ids=self._upstream_ids(call, cfg, None),
-                    ),
+                    upstream.invoke(self.client, cfg, payload, deadline=self._deadline(call), ids=ids),
                     parsed.request,
                 )
             except (dialects.DecodeError, dialects.UpstreamStreamError) as exc:

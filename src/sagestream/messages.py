@@ -229,6 +229,7 @@ class MessagesEncoder:
         self.block: Block | None = None
         self.index = -1  # of the open (or last) content block
         self.tool_index: Any = None  # the container's index of the call whose block is open
+        self.tool_id: str | None = None  # and its id, where the container gave one
         self.finish_reason: str | None = None
         self.refused = False
         # The text_delta event of the open text block, cut where its text goes.
@@ -284,7 +285,13 @@ class MessagesEncoder:
             out.append(self._delta({"type": "text_delta", "text": text}))
         for call in delta.tool_calls or ():
             function = call.get("function") or {}
-            if call.get("id") or self.block != "tool_use" or call.get("index", self.tool_index) != self.tool_index:
+            # A new call: a new index, or a new id (some servers repeat the call's id in each of its chunks).
+            call_id = call.get("id")
+            if (
+                self.block != "tool_use"
+                or call.get("index", self.tool_index) != self.tool_index
+                or (call_id and call_id != self.tool_id)
+            ):
                 block: dict[str, Any] = {
                     "type": "tool_use",
                     "id": call.get("id") or "toolu_" + uuid.uuid4().hex[:24],
@@ -292,7 +299,7 @@ class MessagesEncoder:
                     "input": {},
                 }
                 self._open(out, "tool_use", block, force=True)
-                self.tool_index = call.get("index")
+                self.tool_index, self.tool_id = call.get("index"), call_id
             arguments = function.get("arguments")
             if arguments:
                 out.append(self._delta({"type": "input_json_delta", "partial_json": arguments}))
@@ -362,9 +369,12 @@ def message_json(answer: Delta, *, model: str, stop_sequences: tuple[str, ...] =
         try:
             arguments = json.loads(function.get("arguments") or "{}")
         except ValueError:
-            raise APIError.upstream(
-                502, f"The model's arguments for tool call {n} are not JSON.", code="upstream_error"
-            ) from None
+            if answer.finish_reason != "length":
+                raise APIError.upstream(
+                    502, f"The model's arguments for tool call {n} are not JSON.", code="upstream_error"
+                ) from None
+            # max_tokens cut the call: no whole input to give; stop_reason says so (the stream has the fragments).
+            arguments = {}
         content.append(
             {
                 "type": "tool_use",

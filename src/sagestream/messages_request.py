@@ -513,6 +513,11 @@ def translate(
             _refuse("top_k", "the deployment does not pass top_k to its container (EXTRA_REQUEST_FIELDS=top_k)")
         body["top_k"] = request.top_k
     if request.stop_sequences is not None:
+        for n, stop in enumerate(request.stop_sequences):
+            if not stop:  # Anthropic's own refusal: every text ends with "", so it would match at once
+                raise APIError.invalid_request(
+                    f"stop_sequences.{n}: each stop sequence must be non-empty", param=f"stop_sequences.{n}"
+                )
         body["stop"] = request.stop_sequences
     if request.stream:
         # Usage for message_delta: vLLM reports it only when asked.

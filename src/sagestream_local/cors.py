@@ -61,17 +61,21 @@ SDK_HEADERS = (
 # What the Anthropic TS SDK sends from a page (@anthropic-ai/sdk 1.x: client.mjs buildHeaders, its helpers)
 # beside x-api-key and the x-stainless-* above: the API version on every request, the opt-in its browser
 # mode announces, beta flags where a client sets them (/v1/messages refuses the ones it cannot honour, in
-# Anthropic's shape: a preflight failure would say nothing), and the helper name of messages.stream().
+# Anthropic's shape: a preflight failure would say nothing), and the helper name of messages.stream(); the
+# workspace and user-profile headers its workspace_id / user_profile_id parameters send, for the same reason.
 ANTHROPIC_SDK_HEADERS = (
     "anthropic-version",
     "anthropic-dangerous-direct-browser-access",
     "anthropic-beta",
     "x-stainless-helper",
+    "anthropic-workspace-id",
+    "anthropic-user-profile-id",
 )
 ALLOW_HEADERS = AUTH_HEADERS + SDK_HEADERS + ANTHROPIC_SDK_HEADERS
-# Response headers a page's script may read: the request id (to find the log record), and what the SDKs'
-# retry logic reads (without them a browser SDK would retry what the function said not to, at once).
-EXPOSE_HEADERS = ("x-request-id", "x-should-retry", "retry-after", "retry-after-ms")
+# Response headers a page's script may read: the request id (to find the log record; request-id is where the
+# Anthropic SDK reads it on /v1/messages), and what the SDKs' retry logic reads (without them a browser SDK
+# would retry what the function said not to, at once).
+EXPOSE_HEADERS = ("x-request-id", "x-should-retry", "retry-after", "retry-after-ms", "request-id")
 MAX_AGE_S = 86400
 
 

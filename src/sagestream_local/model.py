@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import random
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -236,8 +236,16 @@ _SCHEMA_KEYS = ("properties", "$defs", "definitions", "anyOf", "items")
 
 def embedded_schema(text: str) -> dict[str, Any] | None:
     """The last JSON object in ``text`` that is a JSON Schema (has ``properties``, ``$defs`` ...)."""
-    decoder = json.JSONDecoder()
     found = None
+    for value, _, _ in _json_objects(text):
+        if _looks_like_schema(value):
+            found = value
+    return found
+
+
+def _json_objects(text: str) -> Iterator[tuple[Any, int, int]]:
+    """Each JSON object in ``text`` (a ``{`` that starts one), with where it starts and ends."""
+    decoder = json.JSONDecoder()
     start = text.find("{")
     while start != -1:
         try:
@@ -245,10 +253,8 @@ def embedded_schema(text: str) -> dict[str, Any] | None:
         except ValueError:
             start = text.find("{", start + 1)
             continue
-        if _looks_like_schema(value):
-            found = value
+        yield value, start, end
         start = text.find("{", end)
-    return found
 
 
 def _looks_like_schema(value: Any) -> bool:
@@ -560,18 +566,10 @@ def _matches(pattern: str, text: str) -> bool:
 
 def _without_json(text: str) -> str:
     """``text`` less the JSON objects in it."""
-    decoder = json.JSONDecoder()
     out, start = [], 0
-    at = text.find("{")
-    while at != -1:
-        try:
-            _, end = decoder.raw_decode(text, at)
-        except ValueError:
-            at = text.find("{", at + 1)
-            continue
+    for _, at, end in _json_objects(text):
         out.append(text[start:at])
         start = end
-        at = text.find("{", end)
     out.append(text[start:])
     return " ".join(out)
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from sagestream.messages import REFUSED_HEADERS
 from sagestream_local import cors
 from tests.cfn import load_template
 from tests.deploy.conftest import ROOT, SAM_ENV
@@ -98,6 +99,12 @@ def test_the_anthropic_js_sdks_headers_are_allowed() -> None:
     assert platform | sent | {"anthropic-beta", "x-stainless-retry-count", "x-stainless-timeout"} <= set(
         cors.ALLOW_HEADERS
     )
+
+
+def test_the_headers_messages_refuses_by_name_pass_the_preflight() -> None:
+    # The SDK sends these for its workspace_id / user_profile_id parameters. A preflight that disallowed them
+    # would fail the call with a bare network error; allowed, the page gets the 400 that names the header.
+    assert set(REFUSED_HEADERS) <= set(cors.ALLOW_HEADERS)
 
 
 def test_sagemaker_is_granted_on_the_one_endpoint_and_inference_component_only(function: dict[str, Any]) -> None:

@@ -129,6 +129,24 @@ def test_two_tool_calls_are_two_tool_use_blocks() -> None:
     assert [(b.id, b.input) for b in message.content] == [("a", {"x": 1}), ("b", {"y": 2})]
 
 
+def test_a_container_that_repeats_the_calls_id_in_every_chunk_still_makes_one_tool_use_block() -> None:
+    # Some OpenAI-compatible servers send the call's id again with each argument fragment; only a new id (or
+    # index) starts a new call.
+    enc = encoder()
+    fragments = ['{"ci', 'ty": "Paris"}']
+    calls = [
+        Delta(tool_calls=[{"index": 0, "id": "a", "function": {"name": "get_weather", "arguments": ""}}]),
+        *(Delta(tool_calls=[{"index": 0, "id": "a", "function": {"arguments": f}}]) for f in fragments),
+        Delta(tool_calls=[{"index": 0, "id": "b", "function": {"name": "get_time", "arguments": "{}"}}]),
+        Delta(finish_reason="tool_calls"),
+    ]
+    message = accumulated(b"".join(enc.encode(d) for d in calls) + enc.done())
+    assert [(b.id, b.name, b.input) for b in message.content] == [
+        ("a", "get_weather", {"city": "Paris"}),
+        ("b", "get_time", {}),
+    ]
+
+
 @pytest.mark.parametrize(
     ("finish", "stops", "text", "reason", "sequence"),
     [
@@ -206,6 +224,19 @@ def test_a_whole_answer_is_one_message_with_the_same_blocks() -> None:
     assert (message["type"], message["role"], message["model"]) == ("message", "assistant", "m")
 
 
+def test_a_whole_answer_whose_tool_call_max_tokens_cut_is_a_max_tokens_message_not_a_502() -> None:
+    # vLLM with a named tool_choice returns the generated text as the arguments, cut where max_tokens fell.
+    # The container did nothing wrong: a 502 would say it had, and the SDKs would retry the same cut twice.
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"city": "Pa'}}
+    message = json.loads(message_json(Delta(finish_reason="length", tool_calls=[call]), model="m"))
+    assert message["stop_reason"] == "max_tokens"
+    assert message["content"] == [{"type": "tool_use", "id": "c1", "name": "f", "input": {}}]
+    # Not cut, the same arguments are the container's fault.
+    with pytest.raises(APIError) as caught:
+        message_json(Delta(finish_reason="tool_calls", tool_calls=[call]), model="m")
+    assert caught.value.status == 502
+
+
 # --- through the app ----------------------------------------------------------------------------------------
 
 
@@ -251,6 +282,42 @@ def test_every_refusal_on_the_route_has_anthropics_shape_and_status() -> None:
     assert "error" in json.loads(run(open_app, "POST", "/v1/chat/completions", {"messages": "x"}).body)
 
 
+def test_an_anthropic_path_this_endpoint_lacks_is_refused_in_anthropics_shape() -> None:
+    # client.messages.batches.create() and the like: the SDK's user gets Anthropic's error, key check first.
+    keyed = messages_app(AUTH_MODE="api_key", API_KEYS="k-1")
+    assert anthropic_error(run(keyed, "POST", "/v1/messages/batches", {}))[:2] == (401, "authentication_error")
+    status, kind, message = anthropic_error(run(keyed, "POST", "/v1/messages/batches", {}, {"x-api-key": "k-1"}))
+    assert (status, kind) == (404, "not_found_error") and "/v1/messages/batches" in message
+
+
+def test_the_anthropic_sdk_finds_the_request_id_under_its_own_header() -> None:
+    # The SDK reads request-id (message._request_id, APIStatusError.request_id), not x-request-id: the id a
+    # user quotes to find the log record must reach it there, on answers and refusals alike.
+    from anthropic import APIStatusError
+
+    handler = messages_app()
+    for method, path, body in (
+        ("POST", "/v1/messages", {**ASK_BODY, "stream": False}),
+        ("POST", "/v1/messages", {**ASK_BODY, "stream": True}),
+        ("POST", "/v1/messages", {**ASK_BODY, "max_tokens": 0}),
+        ("POST", "/v1/messages/count_tokens", {"model": "unit-llm", "messages": ASK}),
+        ("POST", "/v1/messages/batches", {}),
+    ):
+        resp = run(handler, method, path, body)
+        assert resp.headers["x-request-id"] and resp.headers.get("request-id") == resp.headers["x-request-id"], path
+    refused = run(handler, "POST", "/v1/messages", {**ASK_BODY, "max_tokens": 0})
+    import httpx
+
+    err = APIStatusError(
+        "refused",
+        response=httpx.Response(refused.status, headers=refused.headers, request=httpx.Request("POST", "http://x")),
+        body=json.loads(refused.body),
+    )
+    assert err.request_id == refused.headers["x-request-id"]
+    # The OpenAI routes keep their one header.
+    assert "request-id" not in run(handler, "POST", "/v1/chat/completions", {"messages": ASK}).headers
+
+
 def test_a_stream_through_the_app_is_one_write_per_delta_and_ends_with_message_stop() -> None:
     upstream = Upstream(scenario=Scenario(ttft_ms=0, cadence_ms=0, tokens=5, non_ascii=0))
     stream = run(messages_app(upstream), "POST", "/v1/messages", {**ASK_BODY, "stream": True})
@@ -288,6 +355,18 @@ def test_count_tokens_is_the_containers_own_prompt_count() -> None:
     assert sent["max_tokens"] == 1 and sent["stream"] is False
     whole = json.loads(dialects_answer(upstream))
     assert json.loads(resp.body) == {"input_tokens": whole["usage"]["prompt_tokens"]}
+
+
+def test_count_tokens_notes_the_inference_id_its_call_carried_in_the_log_record() -> None:
+    upstream = Upstream()
+    handler = messages_app(upstream)
+    records: list[Any] = []
+    finish = handler.telemetry.finish
+    handler.telemetry.finish = lambda record, **kw: (records.append(record), finish(record, **kw))
+    resp = run(handler, "POST", "/v1/messages/count_tokens", {"model": "unit-llm", "messages": ASK})
+    assert resp.status == 200
+    sent = upstream.calls[-1][2]["X-Amzn-SageMaker-Inference-Id"]  # as the stub keeps it: str() of the bytes
+    assert records[-1].inference_id is not None and sent == str(records[-1].inference_id.encode())
 
 
 def dialects_answer(upstream: Upstream) -> bytes:

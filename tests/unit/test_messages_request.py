@@ -236,3 +236,11 @@ def test_the_request_models_load_on_the_first_messages_request_not_at_init() -> 
     assert done.stdout.strip() == "False"
     parse()  # and the first request loads them
     assert "sagestream.messages_request" in sys.modules
+
+
+def test_an_empty_stop_sequence_is_refused_as_anthropic_refuses_it() -> None:
+    # Every text ends with "": carried, it would stop the container at once (vLLM, TGI match it anywhere) and
+    # turn every natural end into stop_reason "stop_sequence" with stop_sequence "".
+    err = refusal(stop_sequences=["END", ""])
+    assert err.param == "stop_sequences.1" and "non-empty" in err.message
+    assert chat_body(stop_sequences=["\n", "END"])["stop"] == ["\n", "END"]
