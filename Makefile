@@ -21,7 +21,7 @@ ENV ?= dev
 # The SAM CLI reports usage to AWS unless told not to; builds and tests here talk to nobody.
 export SAM_CLI_TELEMETRY ?= 0
 
-.PHONY: help install run test soak lint invoke invoke-sam build deploy bench measure verify
+.PHONY: help install run test soak lint invoke invoke-sam build deploy bench measure verify settings-doc
 
 help:
 	@echo "make run       serve the function locally on the simulated endpoint (PORT=$(PORT))"
@@ -35,6 +35,7 @@ help:
 	@echo "make bench     side-by-side benchmark into bench/results (QUICK=1: under a minute)"
 	@echo "make measure   TTFT, bursts and cadence of a URL (URL=... RUNS=3 SIGV4=1 API_KEY=... PROMPT_CACHE_KEY=...)"
 	@echo "make verify    check a deployment: PASS/FAIL/UNKNOWN per behaviour (URL=... SIGV4=1 API_KEY=... ORIGIN=... LOG_GROUP=...)"
+	@echo "make settings-doc  regenerate docs/configuration.md's table from src/sagestream/settings.py"
 
 install: $(VENV)/.installed
 
@@ -85,6 +86,9 @@ lint: install $(SAM_VENV)/.installed
 
 invoke: install
 	$(PY) -m sagestream_local.invoke $(EVENT)
+
+settings-doc: install
+	$(PY) -m sagestream.settings docs/configuration.md
 
 bench: install
 	$(PY) -m bench $(if $(QUICK),--quick)
