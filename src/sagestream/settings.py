@@ -87,15 +87,13 @@ class Setting(NamedTuple):
     def parse(self, raw: str | None) -> Any:
         """The value of this setting when its variable holds ``raw`` (None: not set); :class:`ConfigError`
         naming the variable, the value and the rule it breaks."""
+        if raw is None:
+            return self.default
         if self.kind == "flag":
-            if raw is None:
-                return self.default
             word = raw.strip().lower()
             if word in _TRUE or word in _FALSE:
                 return word in _TRUE
             raise ConfigError(f"{self.env}={raw!r} is not true or false")
-        if raw is None:
-            return self.default
         text = raw.strip()
         if self.kind in ("list", "names"):
             items = tuple(item.strip() for item in text.split(",") if item.strip())
