@@ -23,7 +23,7 @@ ENV ?= dev
 # The SAM CLI reports usage to AWS unless told not to; builds and tests here talk to nobody.
 export SAM_CLI_TELEMETRY ?= 0
 
-.PHONY: help install run test soak lint invoke invoke-sam build deploy bench measure verify
+.PHONY: help install run test soak lint invoke invoke-sam build deploy bench measure verify settings-doc
 
 help:
 	@echo "make run       serve the function locally on the simulated endpoint (PORT=$(PORT) MAX_CONCURRENCY=$(MAX_CONCURRENCY))"
@@ -37,6 +37,7 @@ help:
 	@echo "make bench     side-by-side benchmark, cold start and instruction counts into bench/results (QUICK=1: fewer runs)"
 	@echo "make measure   TTFT, bursts and cadence of a URL (URL=... RUNS=3 SIGV4=1 API_KEY=... PROMPT_CACHE_KEY=...)"
 	@echo "make verify    check a deployment: PASS/FAIL/UNKNOWN per behaviour (URL=... SIGV4=1 API_KEY=... ORIGIN=... LOG_GROUP=... MODEL=...)"
+	@echo "make settings-doc  regenerate docs/configuration.md's table from src/sagestream/settings.py"
 
 install: $(VENV)/.installed
 
@@ -87,6 +88,9 @@ lint: install $(SAM_VENV)/.installed
 
 invoke: install
 	$(PY) -m sagestream_local.invoke $(EVENT)
+
+settings-doc: install
+	$(PY) -m sagestream.settings docs/configuration.md
 
 bench: install
 	$(PY) -m bench $(if $(QUICK),--quick)

@@ -1,18 +1,10 @@
 """The function's configuration, read once from the environment at init.
 
-Environment variables read (the README's table lists each with its default):
-
-``SAGEMAKER_ENDPOINT_NAME`` (required without ``MODELS``), ``MODELS`` or ``MODELS_PARAMETER`` (several models,
-see :func:`parse_models`), ``UPSTREAM_FORMAT`` (``openai`` | ``tgi`` | ``lmi``), ``MODEL_ID``,
-``INFERENCE_COMPONENT_NAME``, ``TARGET_VARIANT``, ``MAX_TOKENS_LIMIT``, ``MAX_REQUEST_BYTES``, ``MAX_PROMPT_CHARS``,
-``EXTRA_REQUEST_FIELDS`` (comma-separated vendor fields passed to the container, e.g. ``top_k,min_p``),
-``PROMPT_TEMPLATE``, ``SSE_PAD_BYTES``, ``DEADLINE_MARGIN_MS``, ``UPSTREAM_CONNECT_TIMEOUT_S``,
-``UPSTREAM_READ_TIMEOUT_S``, ``UPSTREAM_MAX_ATTEMPTS``, ``SERVE_UI``, ``PREFIX_AWARE_ROUTING``; for access control
-and telemetry ``AUTH_MODE`` (``iam`` | ``api_key`` | ``jwt`` | ``none``), ``API_KEYS_PARAMETER``, ``API_KEYS``
-(local runs), ``API_KEYS_MAX_AGE_S``, ``JWT_ISSUER``, ``JWT_AUDIENCE``, ``JWT_REQUIRED_SCOPES``, ``JWT_JWKS_MAX_AGE_S``,
-``JWT_JWKS_REFETCH_S``, ``JWT_PAGE_CLIENT_ID``, ``JWT_CLIENT_ID_PARAMETER``, ``LOG_PAYLOADS``,
-``POWERTOOLS_TRACE_DISABLED`` (tracing is on only when it is set to ``false``: off unless enabled, unlike
-Powertools' own default).
+Environment variables read: those of :data:`sagestream.settings.SETTINGS` read by this module, each declared
+there once (kind, default, allowed values, meaning, template parameter); ``docs/configuration.md`` lists them.
+:meth:`Config.from_env` parses each through its declaration, then applies the rules that span several
+settings, each a function of its own below (``MODELS`` against the single-model settings, ``AUTH_MODE``'s needs,
+``EXTRA_REQUEST_FIELDS`` against OpenAI's fields, the SSM-held JWT client id).
 
 boto3's own ``AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME`` is deliberately not read here: the SDK applies it.
 
@@ -24,7 +16,7 @@ Example::
     >>> Config.from_env({"SAGEMAKER_ENDPOINT_NAME": "my-llm", "SSE_PAD_BYTES": "3"})
     Traceback (most recent call last):
     ...
-    sagestream.config.ConfigError: SSE_PAD_BYTES=3 must be 0 or at least 4 (an SSE comment: ...)
+    sagestream.settings.ConfigError: SSE_PAD_BYTES=3 must be 0 or at least 4 (an SSE comment: ...)
 
 Several models behind one URL, each model id clients send mapped to its upstream; unset keys take the
 global settings (``UPSTREAM_FORMAT``, ``PROMPT_TEMPLATE``, ``MAX_TOKENS_LIMIT``, ``TARGET_VARIANT``)::
@@ -39,7 +31,7 @@ global settings (``UPSTREAM_FORMAT``, ``PROMPT_TEMPLATE``, ``MAX_TOKENS_LIMIT``,
     >>> Config.from_env({"MODELS": '{"llama": {"endpont": "llm-a"}}'})
     Traceback (most recent call last):
     ...
-    sagestream.config.ConfigError: MODELS: model 'llama': key 'endpont' is not a setting (known: endpoint, ...
+    sagestream.settings.ConfigError: MODELS: model 'llama': key 'endpont' is not a setting (known: endpoint, ...
 """
 
 from __future__ import annotations
@@ -53,12 +45,10 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from sagestream import prompts
-from sagestream.dialects import COMPUTED_FIELDS, Dialect, dialect_named
-from sagestream.sse import MIN_PAD_BYTES
+from sagestream.dialects import COMPUTED_FIELDS, Dialect
+from sagestream.settings import AUTH_MODES, READ_BY_CONFIG, SETTINGS, ConfigError
 
-_TRUE = ("1", "true", "yes", "on")
-_FALSE = ("0", "false", "no", "off", "")
-AUTH_MODES = ("iam", "api_key", "jwt", "none")
+__all__ = ["AUTH_MODES", "Config", "ConfigError", "ModelTarget", "parse_models"]
 
 
 def openai_fields() -> frozenset[str]:
@@ -67,10 +57,6 @@ def openai_fields() -> frozenset[str]:
     from sagestream.schema import ChatCompletionRequest, CompletionRequest
 
     return frozenset(ChatCompletionRequest.model_fields) | frozenset(CompletionRequest.model_fields)
-
-
-class ConfigError(ValueError):
-    """A setting that is missing or not valid; the function refuses to start with it."""
 
 
 # The keys of one model in MODELS (the fields of the pydantic model below).
@@ -138,7 +124,7 @@ def parse_models(text: str, *, defaults: ModelTarget) -> tuple[ModelTarget, ...]
     >>> parse_models('{"a": {"endpoint": "e", "max_tokens_limit": 0}}', defaults=glob)
     Traceback (most recent call last):
     ...
-    sagestream.config.ConfigError: MODELS: model 'a': key 'max_tokens_limit': Input should be greater than or equal to 1
+    sagestream.settings.ConfigError: MODELS: model 'a': key 'max_tokens_limit': Input should be greater than ...
     >>> parse_models('{"a": {"endpoint": "e"}}', defaults=glob)[0].max_tokens_limit
     512
     """
@@ -196,7 +182,7 @@ def _check_extra_fields(extra_fields: frozenset[str], targets: tuple[ModelTarget
     >>> _check_extra_fields(frozenset({"top_k", "max_new_tokens"}), (ModelTarget("m", "e", "tgi"),))
     Traceback (most recent call last):
     ...
-    sagestream.config.ConfigError: EXTRA_REQUEST_FIELDS names max_new_tokens, which the function sets or limits ...
+    sagestream.settings.ConfigError: EXTRA_REQUEST_FIELDS names max_new_tokens, which the function sets or limits ...
     """
     for target in targets:
         clash = sorted(extra_fields & COMPUTED_FIELDS[target.dialect])
@@ -285,165 +271,129 @@ class Config:
     def from_env(
         cls, environ: Mapping[str, str] | None = None, *, fetch_parameter: Callable[[str], str] = read_parameter
     ) -> Config:
-        """The configuration in ``environ`` (default ``os.environ``); ``MODELS_PARAMETER`` is read with
-        ``fetch_parameter`` (SSM, through Powertools, by default)."""
+        """The configuration in ``environ`` (default ``os.environ``); ``MODELS_PARAMETER`` and
+        ``JWT_CLIENT_ID_PARAMETER`` are read with ``fetch_parameter`` (SSM, through Powertools, by default)."""
         env = os.environ if environ is None else environ
-
-        def text(name: str) -> str | None:
-            value = env.get(name, "").strip()
-            return value or None
-
-        def number(name: str, default: float | None, *, minimum: float = 0, whole: bool = True) -> float | None:
-            raw = text(name)
-            if raw is None:
-                return default
-            try:
-                value = int(raw) if whole else float(raw)
-            except ValueError:
-                raise ConfigError(f"{name}={raw!r} is not a {'whole ' if whole else ''}number") from None
-            if value < minimum:
-                raise ConfigError(f"{name}={raw!r} must be at least {minimum}")
-            return value
-
-        def flag(name: str, default: bool) -> bool:
-            raw = env.get(name)
-            if raw is None:
-                return default
-            if raw.strip().lower() in _TRUE:
-                return True
-            if raw.strip().lower() in _FALSE:
-                return False
-            raise ConfigError(f"{name}={raw!r} is not true or false")
-
-        endpoint = text("SAGEMAKER_ENDPOINT_NAME")
-        models_text, models_parameter = text("MODELS"), text("MODELS_PARAMETER")
-        if models_text is not None and models_parameter is not None:
-            raise ConfigError("MODELS and MODELS_PARAMETER are exclusive: set the models in one place")
-        if models_parameter is not None:
-            try:
-                models_text = fetch_parameter(models_parameter)
-            except Exception as e:
-                raise ConfigError(f"MODELS_PARAMETER={models_parameter!r} could not be read: {e}") from None
-        if endpoint is None and models_text is None:
+        # Each setting alone, as declared; then the rules between them.
+        values = {s.env: s.parse(env.get(s.env)) for s in SETTINGS if s.read_by == READ_BY_CONFIG}
+        fields: dict[str, Any] = {s.field: values[s.env] for s in SETTINGS if s.field is not None}
+        models_text = models_json(values, fetch_parameter)
+        if values["SAGEMAKER_ENDPOINT_NAME"] is None and models_text is None:
             raise ConfigError(
                 "SAGEMAKER_ENDPOINT_NAME is required: the SageMaker endpoint this function streams from "
                 "(or MODELS / MODELS_PARAMETER, for several models)"
             )
-        try:
-            dialect = dialect_named((text("UPSTREAM_FORMAT") or "openai").lower())
-        except ValueError as e:
-            raise ConfigError(f"UPSTREAM_FORMAT: {e}") from None
-        template = text("PROMPT_TEMPLATE")
-        if template is not None:
-            try:
-                prompts.template(template)
-            except (KeyError, ValueError) as e:
-                raise ConfigError(f"PROMPT_TEMPLATE={template!r}: {e}") from None
-        limit = number("MAX_TOKENS_LIMIT", None, minimum=1)
-        prompt_limit = number("MAX_PROMPT_CHARS", None, minimum=1)
-        extra_fields = frozenset(f.strip() for f in env.get("EXTRA_REQUEST_FIELDS", "").split(",") if f.strip())
-        shadowed = sorted(extra_fields & openai_fields()) if extra_fields else []
-        if shadowed:
-            raise ConfigError(
-                f"EXTRA_REQUEST_FIELDS names OpenAI's own request fields ({', '.join(shadowed)}): "
-                "those are validated and placed per dialect already; list only vendor extras such as top_k"
-            )
-        pad = int(number("SSE_PAD_BYTES", 0) or 0)
-        if 0 < pad < MIN_PAD_BYTES:
-            raise ConfigError(
-                f"SSE_PAD_BYTES={pad} must be 0 or at least {MIN_PAD_BYTES} "
-                "(an SSE comment: ':', padding, a blank line)"
-            )
-        auth_mode = (text("AUTH_MODE") or "iam").lower()
-        if auth_mode not in AUTH_MODES:
-            raise ConfigError(f"AUTH_MODE={auth_mode!r}; expected one of {', '.join(AUTH_MODES)}")
-        keys_parameter = text("API_KEYS_PARAMETER")
-        local_keys = tuple(k.strip() for k in env.get("API_KEYS", "").split(",") if k.strip())
-        if auth_mode == "api_key" and keys_parameter is None and not local_keys:
-            raise ConfigError(
-                "AUTH_MODE=api_key needs API_KEYS_PARAMETER (an SSM SecureString or a Secrets Manager secret "
-                "holding the keys), or API_KEYS for a local run"
-            )
-        prefix_aware = flag("PREFIX_AWARE_ROUTING", False)
-        issuer = text("JWT_ISSUER")
-        audience = tuple(a for a in (env.get("JWT_AUDIENCE") or "").replace(",", " ").split() if a)
-        page_client = text("JWT_PAGE_CLIENT_ID")
-        client_parameter = text("JWT_CLIENT_ID_PARAMETER")
-        if auth_mode == "jwt" and client_parameter is not None:
-            # The app client the template made for the page: its id is known only once the client exists,
-            # after the function (its callback is the Function URL), so it reaches the function through SSM.
-            try:
-                client_id = fetch_parameter(client_parameter).strip()
-            except Exception as e:
-                raise ConfigError(f"JWT_CLIENT_ID_PARAMETER={client_parameter!r} could not be read: {e}") from None
-            audience = (*audience, client_id) if client_id not in audience else audience
-            page_client = page_client or client_id
-        if auth_mode == "jwt":
-            if issuer is None or not audience:
-                raise ConfigError(
-                    "AUTH_MODE=jwt needs JWT_ISSUER (the OpenID Connect issuer URL) and JWT_AUDIENCE (the audience "
-                    "or app client id its tokens name)"
-                )
-            parts = urlsplit(issuer)
-            loopback = parts.hostname in ("127.0.0.1", "::1", "localhost")
-            if not (parts.scheme == "https" and parts.hostname) and not (parts.scheme == "http" and loopback):
-                raise ConfigError(f"JWT_ISSUER={issuer!r} must be an https URL (http only for a loopback issuer)")
-        models: tuple[ModelTarget, ...] = ()
-        model_id = text("MODEL_ID")
-        component = text("INFERENCE_COMPONENT_NAME")
+        check_extra_request_fields(values["EXTRA_REQUEST_FIELDS"])
+        check_api_key_mode(values)
+        fields["jwt_audience"], fields["jwt_page_client_id"] = jwt_clients(values, fetch_parameter)
+        check_jwt_mode(values, fields["jwt_audience"])
+        fields["tracing"] = not values["POWERTOOLS_TRACE_DISABLED"]
         if models_text is not None:
-            for single in ("MODEL_ID", "INFERENCE_COMPONENT_NAME"):
-                if text(single) is not None:
-                    raise ConfigError(f"{single} is for one model; with MODELS, set it per model there")
-            defaults = ModelTarget(
-                "",
-                "",
-                dialect,
-                target_variant=text("TARGET_VARIANT"),
-                prompt_template=template,
-                max_tokens_limit=int(limit) if limit is not None else None,
-                prefix_aware_routing=prefix_aware,
-            )
-            models = parse_models(models_text, defaults=defaults)
-            if endpoint is not None and endpoint not in {m.endpoint_name for m in models}:
-                raise ConfigError(
-                    f"SAGEMAKER_ENDPOINT_NAME={endpoint!r} is not the endpoint of any model in MODELS; "
-                    "unset it, or name one of theirs"
-                )
-            endpoint, model_id = models[0].endpoint_name, models[0].model_id
-        _check_extra_fields(extra_fields, models or (ModelTarget(model_id or "", endpoint or "", dialect),))
-        assert endpoint is not None
-        config = cls(
-            endpoint_name=endpoint,
-            dialect=dialect,
-            model_id=model_id or endpoint,
-            inference_component=component,
-            target_variant=text("TARGET_VARIANT"),
-            max_tokens_limit=int(limit) if limit is not None else None,
-            max_request_bytes=int(number("MAX_REQUEST_BYTES", 1024 * 1024, minimum=1) or 0),
-            max_prompt_chars=int(prompt_limit) if prompt_limit is not None else None,
-            extra_request_fields=extra_fields,
-            prompt_template=template,
-            sse_pad_bytes=pad,
-            deadline_margin_ms=int(number("DEADLINE_MARGIN_MS", 3000) or 0),
-            connect_timeout_s=float(number("UPSTREAM_CONNECT_TIMEOUT_S", 5.0, whole=False) or 5.0),
-            read_timeout_s=float(number("UPSTREAM_READ_TIMEOUT_S", 60.0, whole=False) or 60.0),
-            max_attempts=int(number("UPSTREAM_MAX_ATTEMPTS", 3, minimum=1) or 3),
-            serve_ui=flag("SERVE_UI", False),
-            auth_mode=auth_mode,
-            api_keys_parameter=keys_parameter,
-            api_keys=local_keys,
-            api_keys_max_age_s=int(number("API_KEYS_MAX_AGE_S", 300) or 0),
-            jwt_issuer=issuer,
-            jwt_audience=audience,
-            jwt_required_scopes=tuple((env.get("JWT_REQUIRED_SCOPES") or "").replace(",", " ").split()),
-            jwt_jwks_max_age_s=int(number("JWT_JWKS_MAX_AGE_S", 3600, minimum=1) or 3600),
-            jwt_jwks_refetch_s=int(number("JWT_JWKS_REFETCH_S", 10) or 0),
-            jwt_page_client_id=page_client,
-            log_payloads=flag("LOG_PAYLOADS", False),
-            tracing=not flag("POWERTOOLS_TRACE_DISABLED", True),
-            prefix_aware_routing=prefix_aware,
-            models=models,
+            fields["models"] = several_models(models_text, values)
+            first = fields["models"][0]
+            fields["endpoint_name"], fields["model_id"] = first.endpoint_name, first.model_id
+        fields["model_id"] = fields["model_id"] or fields["endpoint_name"]
+        _check_extra_fields(
+            values["EXTRA_REQUEST_FIELDS"],
+            fields.get("models")
+            or (ModelTarget(fields["model_id"], fields["endpoint_name"], values["UPSTREAM_FORMAT"]),),
         )
+        config = cls(**fields)
         # With MODELS the top-level fields are the first model's: the default model of pages and telemetry.
         return config.for_model(config.model_id) or config
+
+
+# --- the rules between settings (each setting alone is checked by its declaration in sagestream.settings) ---
+
+
+def models_json(values: Mapping[str, Any], fetch_parameter: Callable[[str], str]) -> str | None:
+    """``MODELS``' JSON, from the variable or from the SSM parameter ``MODELS_PARAMETER`` names (not both)."""
+    models_text, models_parameter = values["MODELS"], values["MODELS_PARAMETER"]
+    if models_text is not None and models_parameter is not None:
+        raise ConfigError("MODELS and MODELS_PARAMETER are exclusive: set the models in one place")
+    if models_parameter is not None:
+        try:
+            return fetch_parameter(models_parameter)
+        except Exception as e:
+            raise ConfigError(f"MODELS_PARAMETER={models_parameter!r} could not be read: {e}") from None
+    return models_text  # type: ignore[no-any-return]
+
+
+def several_models(models_text: str, values: Mapping[str, Any]) -> tuple[ModelTarget, ...]:
+    """``MODELS``' targets, the global settings filling their unset keys; the single-model settings refused,
+    and ``SAGEMAKER_ENDPOINT_NAME``, if set, one of their endpoints."""
+    for single in ("MODEL_ID", "INFERENCE_COMPONENT_NAME"):
+        if values[single] is not None:
+            raise ConfigError(f"{single} is for one model; with MODELS, set it per model there")
+    defaults = ModelTarget(
+        "",
+        "",
+        values["UPSTREAM_FORMAT"],
+        target_variant=values["TARGET_VARIANT"],
+        prompt_template=values["PROMPT_TEMPLATE"],
+        max_tokens_limit=values["MAX_TOKENS_LIMIT"],
+        prefix_aware_routing=values["PREFIX_AWARE_ROUTING"],
+    )
+    models = parse_models(models_text, defaults=defaults)
+    endpoint = values["SAGEMAKER_ENDPOINT_NAME"]
+    if endpoint is not None and endpoint not in {m.endpoint_name for m in models}:
+        raise ConfigError(
+            f"SAGEMAKER_ENDPOINT_NAME={endpoint!r} is not the endpoint of any model in MODELS; "
+            "unset it, or name one of theirs"
+        )
+    return models
+
+
+def check_extra_request_fields(extra_fields: frozenset[str]) -> None:
+    """``EXTRA_REQUEST_FIELDS`` lists vendor extras only: OpenAI's own fields are validated and placed per
+    dialect already (the request models load only when the setting is set: init does not need them)."""
+    shadowed = sorted(extra_fields & openai_fields()) if extra_fields else []
+    if shadowed:
+        raise ConfigError(
+            f"EXTRA_REQUEST_FIELDS names OpenAI's own request fields ({', '.join(shadowed)}): "
+            "those are validated and placed per dialect already; list only vendor extras such as top_k"
+        )
+
+
+def check_api_key_mode(values: Mapping[str, Any]) -> None:
+    """``AUTH_MODE=api_key`` needs somewhere to read keys from."""
+    if values["AUTH_MODE"] == "api_key" and values["API_KEYS_PARAMETER"] is None and not values["API_KEYS"]:
+        raise ConfigError(
+            "AUTH_MODE=api_key needs API_KEYS_PARAMETER (an SSM SecureString or a Secrets Manager secret "
+            "holding the keys), or API_KEYS for a local run"
+        )
+
+
+def jwt_clients(values: Mapping[str, Any], fetch_parameter: Callable[[str], str]) -> tuple[tuple[str, ...], str | None]:
+    """The accepted audiences and the chat page's client: ``JWT_AUDIENCE`` and ``JWT_PAGE_CLIENT_ID``, and in
+    ``jwt`` mode the app client id ``JWT_CLIENT_ID_PARAMETER`` holds, added to the first and the second's default.
+    """
+    audience: tuple[str, ...] = values["JWT_AUDIENCE"]
+    page_client: str | None = values["JWT_PAGE_CLIENT_ID"]
+    client_parameter = values["JWT_CLIENT_ID_PARAMETER"]
+    if values["AUTH_MODE"] == "jwt" and client_parameter is not None:
+        # The app client the template made for the page: its id is known only once the client exists,
+        # after the function (its callback is the Function URL), so it reaches the function through SSM.
+        try:
+            client_id = fetch_parameter(client_parameter).strip()
+        except Exception as e:
+            raise ConfigError(f"JWT_CLIENT_ID_PARAMETER={client_parameter!r} could not be read: {e}") from None
+        audience = (*audience, client_id) if client_id not in audience else audience
+        page_client = page_client or client_id
+    return audience, page_client
+
+
+def check_jwt_mode(values: Mapping[str, Any], audience: tuple[str, ...]) -> None:
+    """``AUTH_MODE=jwt`` needs an issuer, reached over https (http only on loopback), and an audience."""
+    if values["AUTH_MODE"] != "jwt":
+        return
+    issuer = values["JWT_ISSUER"]
+    if issuer is None or not audience:
+        raise ConfigError(
+            "AUTH_MODE=jwt needs JWT_ISSUER (the OpenID Connect issuer URL) and JWT_AUDIENCE (the audience "
+            "or app client id its tokens name)"
+        )
+    parts = urlsplit(issuer)
+    loopback = parts.hostname in ("127.0.0.1", "::1", "localhost")
+    if not (parts.scheme == "https" and parts.hostname) and not (parts.scheme == "http" and loopback):
+        raise ConfigError(f"JWT_ISSUER={issuer!r} must be an https URL (http only for a loopback issuer)")

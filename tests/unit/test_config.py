@@ -64,6 +64,21 @@ def test_a_bad_setting_is_refused_by_name(env: dict[str, str], named: str) -> No
         Config.from_env(env)
 
 
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({**BASE, "UPSTREAM_FORMAT": "klingon"}, "UPSTREAM_FORMAT='klingon'; expected one of openai, tgi, lmi"),
+        ({**BASE, "PROMPT_TEMPLATE": "alpaca"}, "PROMPT_TEMPLATE='alpaca'; expected one of chatml, llama3"),
+        ({**BASE, "UPSTREAM_CONNECT_TIMEOUT_S": "0"}, "UPSTREAM_CONNECT_TIMEOUT_S=0.0 must be more than 0"),
+    ],
+)
+def test_a_choice_or_a_rule_broken_is_named_with_what_is_allowed(env: dict[str, str], message: str) -> None:
+    # One wording for every choice (AUTH_MODE's); a timeout of 0, once silently the default, is refused.
+    with pytest.raises(ConfigError) as refused:
+        Config.from_env(env)
+    assert str(refused.value) == message
+
+
 def test_the_pad_minimum_is_the_encoders() -> None:
     cfg = Config.from_env({**BASE, "SSE_PAD_BYTES": str(MIN_PAD_BYTES)})
     event = ChunkEncoder(model="m", kind="completion", include_usage=False, pad_bytes=cfg.sse_pad_bytes)
