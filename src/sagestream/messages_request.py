@@ -21,11 +21,11 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError
 
 from sagestream.apis import Parsed, in_client_terms
 from sagestream.errors import APIError
-from sagestream.schema import parse_chat
+from sagestream.schema import StrictModel, parse_chat
 
 if TYPE_CHECKING:
     from sagestream.config import Config
@@ -42,20 +42,16 @@ _NOT_HERE = {
 }
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
-
-
-class CacheControl(_Model):
+class CacheControl(StrictModel):
     type: Literal["ephemeral"]
     ttl: Literal["5m", "1h"] | None = None
 
 
-class Metadata(_Model):
+class Metadata(StrictModel):
     user_id: str | None = None
 
 
-class _OutputFormat(_Model):
+class _OutputFormat(StrictModel):
     type: Literal["json_schema"]
     # "schema" is a BaseModel attribute too; the alias keeps the wire name.
     json_schema: dict[str, Any] = Field(alias="schema")
@@ -63,12 +59,12 @@ class _OutputFormat(_Model):
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True, populate_by_name=True)
 
 
-class OutputConfig(_Model):
+class OutputConfig(StrictModel):
     effort: Literal["low", "medium", "high", "xhigh", "max"] | None = None
     format: _OutputFormat | None = None
 
 
-class MessagesRequest(_Model):
+class MessagesRequest(StrictModel):
     """``MessageCreateParams``, field by field; blocks, tools, tool choice and thinking are read on translation."""
 
     model: str | None = None
@@ -98,37 +94,37 @@ class MessagesRequest(_Model):
 # --- blocks ---------------------------------------------------------------------------------------------
 
 
-class TextBlock(_Model):
+class TextBlock(StrictModel):
     type: Literal["text"]
     text: str
     cache_control: CacheControl | None = None
     citations: list[dict[str, Any]] | None = None
 
 
-class _Base64Source(_Model):
+class _Base64Source(StrictModel):
     type: Literal["base64"]
     media_type: Literal["image/jpeg", "image/png", "image/gif", "image/webp"]
     data: str
 
 
-class _URLSource(_Model):
+class _URLSource(StrictModel):
     type: Literal["url"]
     url: str
 
 
-class _FileSource(_Model):
+class _FileSource(StrictModel):
     type: Literal["file"]
     file_id: str
 
 
-class ImageBlock(_Model):
+class ImageBlock(StrictModel):
     type: Literal["image"]
     source: Annotated[_Base64Source | _URLSource | _FileSource, Field(discriminator="type")]
     cache_control: CacheControl | None = None
     transformations: dict[str, Any] | None = None
 
 
-class ToolUseBlock(_Model):
+class ToolUseBlock(StrictModel):
     type: Literal["tool_use"]
     id: str
     name: str
@@ -138,7 +134,7 @@ class ToolUseBlock(_Model):
     toolset_name: str | None = None
 
 
-class ToolResultBlock(_Model):
+class ToolResultBlock(StrictModel):
     type: Literal["tool_result"]
     tool_use_id: str
     content: str | list[dict[str, Any]] | None = None
@@ -147,13 +143,13 @@ class ToolResultBlock(_Model):
     toolset_name: str | None = None
 
 
-class ThinkingBlock(_Model):
+class ThinkingBlock(StrictModel):
     type: Literal["thinking"]
     thinking: str
     signature: str
 
 
-_BLOCKS: dict[str, type[_Model]] = {
+_BLOCKS: dict[str, type[StrictModel]] = {
     "text": TextBlock,
     "image": ImageBlock,
     "tool_use": ToolUseBlock,
@@ -162,7 +158,7 @@ _BLOCKS: dict[str, type[_Model]] = {
 }
 
 
-class Tool(_Model):
+class Tool(StrictModel):
     name: str
     input_schema: dict[str, Any]
     description: str | None = None
@@ -175,34 +171,34 @@ class Tool(_Model):
     input_examples: list[dict[str, Any]] | None = None
 
 
-class _ToolChoiceAuto(_Model):
+class _ToolChoiceAuto(StrictModel):
     type: Literal["auto"]
     disable_parallel_tool_use: bool | None = None
 
 
-class _ToolChoiceAny(_Model):
+class _ToolChoiceAny(StrictModel):
     type: Literal["any"]
     disable_parallel_tool_use: bool | None = None
 
 
-class _ToolChoiceTool(_Model):
+class _ToolChoiceTool(StrictModel):
     type: Literal["tool"]
     name: str
     disable_parallel_tool_use: bool | None = None
 
 
-class _ToolChoiceNone(_Model):
+class _ToolChoiceNone(StrictModel):
     type: Literal["none"]
 
 
 _ToolChoices = _ToolChoiceAuto | _ToolChoiceAny | _ToolChoiceTool | _ToolChoiceNone
 
 
-class ToolChoice(_Model):
+class ToolChoice(StrictModel):
     tool_choice: Annotated[_ToolChoices, Field(discriminator="type")]
 
 
-class Thinking(_Model):
+class Thinking(StrictModel):
     type: Literal["enabled", "disabled", "adaptive", "between_tools"]
     budget_tokens: Annotated[int, Field(ge=1024)] | None = None
     display: Literal["summarized", "omitted"] | None = None
@@ -225,7 +221,7 @@ def _refuse(path: str, reason: str) -> NoReturn:
     raise APIError.invalid_request(f"'{path}' is not supported by this endpoint: {reason}.", param=path)
 
 
-def _validated(model: type[_Model], data: Any, path: str) -> Any:
+def _validated(model: type[StrictModel], data: Any, path: str) -> Any:
     """``data`` as ``model``, or a 400 naming the field at fault under ``path``, in Anthropic's words."""
     try:
         return model.model_validate(data)
@@ -308,14 +304,14 @@ def _tool_result(block: ToolResultBlock, path: str) -> dict[str, Any]:
     return {"role": "tool", "tool_call_id": block.tool_use_id, "content": text}
 
 
-def _block(raw: Any, path: str, role: str) -> _Model:
+def _block(raw: Any, path: str, role: str) -> StrictModel:
     kind = raw.get("type") if isinstance(raw, dict) else None
     model = _BLOCKS.get(kind) if isinstance(kind, str) else None
     if model is None:
         if not isinstance(kind, str):
             raise APIError.invalid_request(f"{path}.type: Field required", param=f"{path}.type")
         _refuse(f"{path}", f"'{kind}' blocks are not carried to the model container")
-    block: _Model = _validated(model, raw, path)
+    block: StrictModel = _validated(model, raw, path)
     wrong = {"user": ("tool_use", "thinking"), "assistant": ("tool_result",)}.get(role, ())
     if kind in wrong:
         raise APIError.invalid_request(f"{path}: a '{kind}' block cannot be in a {role} turn.", param=path)

@@ -22,13 +22,16 @@ import re
 from collections.abc import Collection
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, PrivateAttr, Tag, ValidationError
+from pydantic import ConfigDict, Discriminator, Field, PrivateAttr, Tag, ValidationError
 
 from sagestream.errors import APIError
 from sagestream.responses import unseal
 from sagestream.schema import (
+    CacheBreakpoint,
     ChatCompletionRequest,
     ReasoningEffort,
+    RelayedObject,
+    StrictModel,
     _check_max_tokens,
     _check_prompt_size,
     _has_lone_surrogate,
@@ -42,47 +45,34 @@ __all__ = ["STATELESS", "ResponseCreateRequest", "parse_responses", "renamed"]
 STATELESS = "this server is stateless and stores no responses or conversations; send the whole conversation in 'input'"
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
-
-
-class _Relayed(BaseModel):
-    model_config = ConfigDict(strict=True, extra="allow", frozen=True)
-
-
 # --- the request ----------------------------------------------------------------------------------------
 
 
-class _CacheBreakpoint(_Model):
-    mode: Literal["explicit"]
-    ttl: Literal["30m", "12h"] | None = None
-
-
-class InputText(_Model):
+class InputText(StrictModel):
     type: Literal["input_text"]
     text: str
-    prompt_cache_breakpoint: _CacheBreakpoint | None = None
+    prompt_cache_breakpoint: CacheBreakpoint | None = None
 
 
-class InputImage(_Model):
+class InputImage(StrictModel):
     type: Literal["input_image"]
     detail: Literal["auto", "low", "high", "original"] | None = None
     image_url: str | None = None
     file_id: str | None = None
-    prompt_cache_breakpoint: _CacheBreakpoint | None = None
+    prompt_cache_breakpoint: CacheBreakpoint | None = None
 
 
-class InputFile(_Model):
+class InputFile(StrictModel):
     type: Literal["input_file"]
     detail: Literal["auto", "low", "high"] | None = None
     file_data: str | None = None
     file_id: str | None = None
     file_url: str | None = None
     filename: str | None = None
-    prompt_cache_breakpoint: _CacheBreakpoint | None = None
+    prompt_cache_breakpoint: CacheBreakpoint | None = None
 
 
-class OutputText(_Model):
+class OutputText(StrictModel):
     """An assistant turn's text, as clients send earlier answers back."""
 
     type: Literal["output_text"]
@@ -91,7 +81,7 @@ class OutputText(_Model):
     logprobs: list[Any] | None = None
 
 
-class Refusal(_Model):
+class Refusal(StrictModel):
     type: Literal["refusal"]
     refusal: str
 
@@ -99,7 +89,7 @@ class Refusal(_Model):
 ContentPart = Annotated[InputText | InputImage | InputFile | OutputText | Refusal, Field(discriminator="type")]
 
 
-class MessageItem(_Model):
+class MessageItem(StrictModel):
     """``EasyInputMessage`` (``type`` optional), ``Message`` and an earlier ``ResponseOutputMessage``."""
 
     type: Literal["message"] = "message"
@@ -110,7 +100,7 @@ class MessageItem(_Model):
     phase: Literal["commentary", "final_answer"] | None = None
 
 
-class FunctionCallItem(_Model):
+class FunctionCallItem(StrictModel):
     type: Literal["function_call"]
     call_id: str
     name: str
@@ -120,7 +110,7 @@ class FunctionCallItem(_Model):
     namespace: str | None = None
 
 
-class FunctionCallOutputItem(_Model):
+class FunctionCallOutputItem(StrictModel):
     type: Literal["function_call_output"]
     call_id: str
     output: str | list[ContentPart]
@@ -128,17 +118,17 @@ class FunctionCallOutputItem(_Model):
     status: Literal["in_progress", "completed", "incomplete"] | None = None
 
 
-class _SummaryText(_Model):
+class _SummaryText(StrictModel):
     type: Literal["summary_text"]
     text: str
 
 
-class _ReasoningText(_Model):
+class _ReasoningText(StrictModel):
     type: Literal["reasoning_text"]
     text: str
 
 
-class ReasoningItem(_Model):
+class ReasoningItem(StrictModel):
     type: Literal["reasoning"]
     id: str | None = None
     summary: list[_SummaryText] = []
@@ -147,7 +137,7 @@ class ReasoningItem(_Model):
     status: Literal["in_progress", "completed", "incomplete"] | None = None
 
 
-class ItemReference(_Model):
+class ItemReference(StrictModel):
     type: Literal["item_reference"]
     id: str
 
@@ -169,7 +159,7 @@ InputItem = Annotated[
 _ITEM_TYPES = ("message", "function_call", "function_call_output", "reasoning", "item_reference")
 
 
-class FunctionTool(_Model):
+class FunctionTool(StrictModel):
     type: Literal["function"]
     name: str
     parameters: dict[str, Any] | None = None
@@ -177,26 +167,26 @@ class FunctionTool(_Model):
     description: str | None = None
 
 
-class ToolChoiceFunction(_Model):
+class ToolChoiceFunction(StrictModel):
     type: Literal["function"]
     name: str
 
 
-class ToolChoiceAllowed(_Model):
+class ToolChoiceAllowed(StrictModel):
     type: Literal["allowed_tools"]
     mode: Literal["auto", "required"]
     tools: list[dict[str, Any]]
 
 
-class FormatText(_Model):
+class FormatText(StrictModel):
     type: Literal["text"]
 
 
-class FormatJSONObject(_Model):
+class FormatJSONObject(StrictModel):
     type: Literal["json_object"]
 
 
-class FormatJSONSchema(_Model):
+class FormatJSONSchema(StrictModel):
     type: Literal["json_schema"]
     name: str
     json_schema: dict[str, Any] = Field(alias="schema")
@@ -206,12 +196,12 @@ class FormatJSONSchema(_Model):
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True, populate_by_name=True)
 
 
-class TextConfig(_Model):
+class TextConfig(StrictModel):
     format: Annotated[FormatText | FormatJSONObject | FormatJSONSchema, Field(discriminator="type")] | None = None
     verbosity: Literal["low", "medium", "high"] | None = None
 
 
-class ReasoningConfig(_Model):
+class ReasoningConfig(StrictModel):
     effort: ReasoningEffort | None = None
     summary: Literal["auto", "concise", "detailed"] | None = None
     generate_summary: Literal["auto", "concise", "detailed"] | None = None
@@ -219,7 +209,7 @@ class ReasoningConfig(_Model):
     mode: str | None = None
 
 
-class StreamOptions(_Model):
+class StreamOptions(StrictModel):
     include_obfuscation: bool | None = None
 
 
@@ -235,7 +225,7 @@ Includable = Literal[
 ]
 
 
-class ResponseCreateRequest(_Model):
+class ResponseCreateRequest(StrictModel):
     """``ResponseCreateParams``: every field the SDK can send, each with its JSON type."""
 
     model: str | None = None
@@ -256,10 +246,10 @@ class ResponseCreateRequest(_Model):
     user: str | None = None
     safety_identifier: str | None = None
     prompt_cache_key: str | None = None
-    prompt_cache_options: _Relayed | None = None
+    prompt_cache_options: RelayedObject | None = None
     prompt_cache_retention: Literal["in_memory", "24h"] | None = None
     service_tier: Literal["auto", "default", "flex", "scale", "priority", "fast"] | None = None
-    moderation: _Relayed | None = None
+    moderation: RelayedObject | None = None
     store: bool | None = None
     include: list[Includable] | None = None
     truncation: Literal["auto", "disabled"] | None = None

@@ -60,14 +60,17 @@ __all__ = [
     "MAX_STOP_CHARS",
     "MAX_STOP_STRINGS",
     "AssistantMessage",
+    "CacheBreakpoint",
     "ChatCompletionRequest",
     "ChatMessage",
     "CompletionRequest",
     "ContentPart",
     "FunctionTool",
     "OpenAIRequest",
+    "RelayedObject",
     "ResponseFormat",
     "StreamOptions",
+    "StrictModel",
     "TextPart",
     "ToolCall",
     "parse_chat",
@@ -86,62 +89,65 @@ reach, while real JSON Schemas nest a dozen levels at most (a schema level is tw
 and the property; OpenAI's structured outputs allow 10 schema levels)."""
 
 
-class _Model(BaseModel):
+class StrictModel(BaseModel):
+    """The base of every request model here and in the other APIs' request modules: strict types, unknown
+    fields refused (each is named in the 400), immutable."""
+
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
 
 
-class _Relayed(BaseModel):
+class RelayedObject(BaseModel):
     """An object the relay passes on without reading inside it (OpenAI-platform options, JSON Schemas)."""
 
     model_config = ConfigDict(strict=True, extra="allow", frozen=True)
 
 
-class _CacheBreakpoint(_Model):
+class CacheBreakpoint(StrictModel):
     mode: Literal["explicit"]
     ttl: Literal["30m", "12h"] | None = None
 
 
-class TextPart(_Model):
+class TextPart(StrictModel):
     type: Literal["text"]
     text: str
-    prompt_cache_breakpoint: _CacheBreakpoint | None = None
+    prompt_cache_breakpoint: CacheBreakpoint | None = None
 
 
-class _ImageURL(_Model):
+class _ImageURL(StrictModel):
     url: str
     detail: Literal["auto", "low", "high", "original"] | None = None
 
 
-class ImagePart(_Model):
+class ImagePart(StrictModel):
     type: Literal["image_url"]
     image_url: _ImageURL
-    prompt_cache_breakpoint: _CacheBreakpoint | None = None
+    prompt_cache_breakpoint: CacheBreakpoint | None = None
 
 
-class _InputAudio(_Model):
+class _InputAudio(StrictModel):
     data: str
     format: Literal["wav", "mp3"]
 
 
-class AudioPart(_Model):
+class AudioPart(StrictModel):
     type: Literal["input_audio"]
     input_audio: _InputAudio
-    prompt_cache_breakpoint: _CacheBreakpoint | None = None
+    prompt_cache_breakpoint: CacheBreakpoint | None = None
 
 
-class _File(_Model):
+class _File(StrictModel):
     file_data: str | None = None
     file_id: str | None = None
     filename: str | None = None
 
 
-class FilePart(_Model):
+class FilePart(StrictModel):
     type: Literal["file"]
     file: _File
-    prompt_cache_breakpoint: _CacheBreakpoint | None = None
+    prompt_cache_breakpoint: CacheBreakpoint | None = None
 
 
-class RefusalPart(_Model):
+class RefusalPart(StrictModel):
     type: Literal["refusal"]
     refusal: str
 
@@ -149,12 +155,12 @@ class RefusalPart(_Model):
 ContentPart = Annotated[TextPart | ImagePart | AudioPart | FilePart | RefusalPart, Field(discriminator="type")]
 
 
-class _FunctionCall(_Model):
+class _FunctionCall(StrictModel):
     name: str
     arguments: str
 
 
-class ToolCall(_Model):
+class ToolCall(StrictModel):
     """An assistant turn's call, as the client sends the history back."""
 
     id: str
@@ -162,18 +168,18 @@ class ToolCall(_Model):
     function: _FunctionCall
 
 
-class _CustomCall(_Model):
+class _CustomCall(StrictModel):
     name: str
     input: str
 
 
-class CustomToolCall(_Model):
+class CustomToolCall(StrictModel):
     id: str
     type: Literal["custom"]
     custom: _CustomCall
 
 
-class _Message(_Model):
+class _Message(StrictModel):
     """What every message has: a role and content (a string, content parts or, for some, none)."""
 
     @property
@@ -209,7 +215,7 @@ class UserMessage(_Message):
     name: str | None = None
 
 
-class _AudioRef(_Model):
+class _AudioRef(StrictModel):
     id: str
 
 
@@ -244,44 +250,44 @@ ChatMessage = Annotated[
 ]
 
 
-class _FunctionDefinition(_Model):
+class _FunctionDefinition(StrictModel):
     name: str
     description: str | None = None
     parameters: dict[str, Any] | None = None
     strict: bool | None = None
 
 
-class FunctionTool(_Model):
+class FunctionTool(StrictModel):
     type: Literal["function"]
     function: _FunctionDefinition
 
 
-class CustomTool(_Model):
+class CustomTool(StrictModel):
     type: Literal["custom"]
-    custom: _Relayed
+    custom: RelayedObject
 
 
-class _NamedFunction(_Model):
+class _NamedFunction(StrictModel):
     name: str
 
 
-class NamedToolChoice(_Model):
+class NamedToolChoice(StrictModel):
     type: Literal["function"]
     function: _NamedFunction
 
 
-class _NamedCustom(_Model):
+class _NamedCustom(StrictModel):
     name: str
 
 
-class NamedCustomToolChoice(_Model):
+class NamedCustomToolChoice(StrictModel):
     type: Literal["custom"]
     custom: _NamedCustom
 
 
-class AllowedToolsChoice(_Model):
+class AllowedToolsChoice(StrictModel):
     type: Literal["allowed_tools"]
-    allowed_tools: _Relayed
+    allowed_tools: RelayedObject
 
 
 ToolChoice = (
@@ -290,7 +296,7 @@ ToolChoice = (
 )
 
 
-class _JSONSchema(_Model):
+class _JSONSchema(StrictModel):
     name: str
     description: str | None = None
     # "schema" is also a BaseModel attribute; the alias keeps the wire name.
@@ -300,15 +306,15 @@ class _JSONSchema(_Model):
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True, populate_by_name=True)
 
 
-class ResponseFormatText(_Model):
+class ResponseFormatText(StrictModel):
     type: Literal["text"]
 
 
-class ResponseFormatJSONObject(_Model):
+class ResponseFormatJSONObject(StrictModel):
     type: Literal["json_object"]
 
 
-class ResponseFormatJSONSchema(_Model):
+class ResponseFormatJSONSchema(StrictModel):
     type: Literal["json_schema"]
     json_schema: _JSONSchema
 
@@ -318,18 +324,18 @@ ResponseFormat = Annotated[
 ]
 
 
-class StreamOptions(_Model):
+class StreamOptions(StrictModel):
     include_usage: bool | None = None
     include_obfuscation: bool | None = None
 
 
-class _LegacyFunction(_Model):
+class _LegacyFunction(StrictModel):
     name: str
     description: str | None = None
     parameters: dict[str, Any] | None = None
 
 
-class OpenAIRequest(_Model):
+class OpenAIRequest(StrictModel):
     """The fields both endpoints share, with OpenAI's ranges."""
 
     model: str | None = None
@@ -417,17 +423,17 @@ class ChatCompletionRequest(OpenAIRequest):
     reasoning_effort: ReasoningEffort | None = None
     metadata: dict[str, Annotated[str, Field(max_length=512)]] | None = None
     store: bool | None = None
-    audio: _Relayed | None = None
+    audio: RelayedObject | None = None
     modalities: list[Literal["text", "audio"]] | None = None
-    moderation: _Relayed | None = None
-    prediction: _Relayed | None = None
+    moderation: RelayedObject | None = None
+    prediction: RelayedObject | None = None
     prompt_cache_key: str | None = None
-    prompt_cache_options: _Relayed | None = None
+    prompt_cache_options: RelayedObject | None = None
     prompt_cache_retention: Literal["in_memory", "24h"] | None = None
     safety_identifier: str | None = None
     service_tier: Literal["auto", "default", "flex", "scale", "priority", "fast"] | None = None
     verbosity: Literal["low", "medium", "high"] | None = None
-    web_search_options: _Relayed | None = None
+    web_search_options: RelayedObject | None = None
 
     @field_validator("top_logprobs")
     @classmethod
