@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,21 +20,28 @@ from sagestream_local.stack import SIM_ENDPOINT_NAME, LocalStack
 NODE_DIR = Path(__file__).resolve().parents[1] / "node"
 
 
-def test_the_node_sdk_streams_a_tool_call(stack: LocalStack) -> None:
+def run_node(stack: LocalStack, script: str, *, package: str, base_path: str) -> Any:
+    """Run ``tests/node/<script>`` against ``stack`` (at its loopback URL plus ``base_path``: the scripts refuse
+    any other) and return the JSON it prints of what its SDK saw; fail if Node or the npm ``package`` is missing.
+    """
     node = shutil.which("node")
-    if node is None or not (NODE_DIR / "node_modules" / "openai").is_dir():
-        pytest.fail("Node and the openai npm package are needed: run `make test` (it runs npm ci --prefix tests/node)")
-    assert stack.endpoint is not None
+    if node is None or not (NODE_DIR / "node_modules" / package).is_dir():
+        pytest.fail(f"Node and the {package} npm package are needed: run `make test` (npm ci --prefix tests/node)")
     done = subprocess.run(
-        [node, str(NODE_DIR / "stream_tool_call.mjs")],
-        env={**os.environ, "SAGESTREAM_BASE_URL": stack.url + "/v1", "SAGESTREAM_MODEL": SIM_ENDPOINT_NAME},
+        [node, str(NODE_DIR / script)],
+        env={**os.environ, "SAGESTREAM_BASE_URL": stack.url + base_path, "SAGESTREAM_MODEL": SIM_ENDPOINT_NAME},
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    seen = json.loads(done.stdout)
+    return json.loads(done.stdout)
+
+
+def test_the_node_sdk_streams_a_tool_call(stack: LocalStack) -> None:
+    seen = run_node(stack, "stream_tool_call.mjs", package="openai", base_path="/v1")
+    assert stack.endpoint is not None
     first = next(r for r in stack.endpoint.records if r.operation == "InvokeEndpointWithResponseStream")
     fragments_sent = [t.text for t in first.tokens[1:]]  # token 0 is the call's head
     assert len(seen["ids"]) == 1
@@ -47,20 +55,8 @@ def test_the_node_sdk_streams_a_tool_call(stack: LocalStack) -> None:
 
 
 def test_the_anthropic_node_sdk_streams_a_tool_use(stack: LocalStack) -> None:
-    node = shutil.which("node")
-    if node is None or not (NODE_DIR / "node_modules" / "@anthropic-ai" / "sdk").is_dir():
-        pytest.fail("Node and @anthropic-ai/sdk are needed: run `make test` (it runs npm ci --prefix tests/node)")
+    seen = run_node(stack, "anthropic_stream_tool.mjs", package="@anthropic-ai/sdk", base_path="")
     assert stack.endpoint is not None
-    done = subprocess.run(
-        [node, str(NODE_DIR / "anthropic_stream_tool.mjs")],
-        env={**os.environ, "SAGESTREAM_BASE_URL": stack.url, "SAGESTREAM_MODEL": SIM_ENDPOINT_NAME},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    seen = json.loads(done.stdout)
     first = next(r for r in stack.endpoint.records if r.operation == "InvokeEndpointWithResponseStream")
     fragments_sent = [t.text for t in first.tokens[1:]]  # token 0 is the call's head
     assert seen["types"][0] == "message_start" and seen["types"][-1] == "message_stop"
@@ -74,20 +70,8 @@ def test_the_anthropic_node_sdk_streams_a_tool_use(stack: LocalStack) -> None:
 
 
 def test_the_node_sdk_streams_a_responses_tool_call_and_its_round_trip(stack: LocalStack) -> None:
-    node = shutil.which("node")
-    if node is None or not (NODE_DIR / "node_modules" / "openai").is_dir():
-        pytest.fail("Node and the openai npm package are needed: run `make test` (it runs npm ci --prefix tests/node)")
+    seen = run_node(stack, "stream_response_tool_call.mjs", package="openai", base_path="/v1")
     assert stack.endpoint is not None
-    done = subprocess.run(
-        [node, str(NODE_DIR / "stream_response_tool_call.mjs")],
-        env={**os.environ, "SAGESTREAM_BASE_URL": stack.url + "/v1", "SAGESTREAM_MODEL": SIM_ENDPOINT_NAME},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    seen = json.loads(done.stdout)
     first = next(r for r in stack.endpoint.records if r.operation == "InvokeEndpointWithResponseStream")
     fragments_sent = [t.text for t in first.tokens[1:]]  # token 0 is the call's head
     assert seen["types"][:3] == ["response.created", "response.in_progress", "response.output_item.added"]
