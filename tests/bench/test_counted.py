@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from bench import counted, instructions, report
+from tests.prerequisites import unavailable
 
 
 def test_each_mark_is_the_work_since_the_previous_one() -> None:
@@ -32,8 +33,9 @@ def test_dump_n_is_the_interval_that_mark_n_ends(tmp_path: Path) -> None:
         instructions._intervals(tmp_path, counting=True)
 
 
-@pytest.mark.skipif(shutil.which("valgrind") is None, reason="needs valgrind: the bench leaves these counts out")
 def test_callgrind_counts_more_between_marks_that_do_more(tmp_path: Path) -> None:
+    if shutil.which("valgrind") is None:
+        unavailable("valgrind is needed for the instruction counts (apt-get install valgrind)")
     code = (
         "from bench.counted import mark\n"
         "mark('start'); sum(range(1000)); mark('small'); sum(range(100000)); mark('large')\n"
