@@ -17,7 +17,6 @@ Example::
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Collection
 from typing import Annotated, Any, Literal
@@ -34,10 +33,8 @@ from sagestream.schema import (
     StrictModel,
     _check_max_tokens,
     _check_prompt_size,
-    _has_lone_surrogate,
     _invalid,
-    _reason,
-    _reject_constant,
+    read_object,
 )
 
 __all__ = ["STATELESS", "ResponseCreateRequest", "parse_responses", "renamed"]
@@ -299,6 +296,15 @@ _CHAT_NAMES = {
 }
 
 
+# The free-form JSON of a Responses request, where a too-deep nesting is named (as chat's are in schema).
+_FREE_FORM = (
+    ("text", "format", "schema"),
+    ("tools", "*", "parameters"),
+    ("tools", "*", "format"),
+    ("tool_choice", "tools"),
+)
+
+
 def parse_responses(
     body: bytes,
     *,
@@ -308,18 +314,7 @@ def parse_responses(
 ) -> tuple[ResponseCreateRequest, ChatCompletionRequest, list[str]]:
     """A ``/v1/responses`` body as its request, the chat-shaped request it asks for and, per chat message,
     the Responses field it came from (to name it in a refusal); or a 400 naming the field at fault."""
-    try:
-        data = json.loads(body, parse_constant=_reject_constant)
-    except (ValueError, RecursionError) as exc:
-        raise APIError.invalid_request(
-            f"The request body is not valid JSON ({_reason(exc)}).", code="invalid_json"
-        ) from None
-    if not isinstance(data, dict):
-        raise APIError.invalid_request("The request body must be a JSON object.", code="invalid_type")
-    if re.search(rb"\\u[dD][89a-fA-F]", body) and _has_lone_surrogate(data):
-        raise APIError.invalid_request(
-            "The request body is not valid JSON (a \\u escape is an unpaired UTF-16 surrogate).", code="invalid_json"
-        )
+    data = read_object(body, _FREE_FORM)
     _refuse_unknown_items(data)
     vendor = {
         key: data.pop(key)

@@ -75,6 +75,7 @@ __all__ = [
     "ToolCall",
     "parse_chat",
     "parse_completion",
+    "read_object",
 ]
 
 MAX_STOP_STRINGS = 4
@@ -553,22 +554,7 @@ def parse_completion(
 
 
 def _parse(model: type[_RequestT], body: bytes, extra_fields: Collection[str]) -> _RequestT:
-    try:
-        # NaN and Infinity are not JSON; refusing them here keeps them out of every number field.
-        data = json.loads(body, parse_constant=_reject_constant)
-    except (ValueError, RecursionError) as exc:
-        # ValueError covers JSONDecodeError and UnicodeDecodeError; RecursionError, absurd nesting.
-        raise APIError.invalid_request(
-            f"The request body is not valid JSON ({_reason(exc)}).", code="invalid_json"
-        ) from None
-    if not isinstance(data, dict):
-        raise APIError.invalid_request("The request body must be a JSON object.", code="invalid_type")
-    if re.search(rb"\\u[dD][89a-fA-F]", body) and _has_lone_surrogate(data):
-        # JSON's grammar allows "\ud800" alone; no UTF-8 can carry it to the container.
-        raise APIError.invalid_request(
-            "The request body is not valid JSON (a \\u escape is an unpaired UTF-16 surrogate).", code="invalid_json"
-        )
-    _check_depth(body, data)
+    data = read_object(body)
     # A vendor extra is one the deployment allows and OpenAI's request does not define.
     vendor = {key: data.pop(key) for key in list(data) if key in extra_fields and key not in model.model_fields}
     try:
@@ -592,7 +578,34 @@ _FREE_FORM = (
 )
 
 
-def _check_depth(body: bytes, data: dict[str, Any]) -> None:
+def read_object(body: bytes, free_form: tuple[tuple[str, ...], ...] | None = None) -> dict[str, Any]:
+    """A request body read as the JSON object every API's request is; a 400 otherwise (not JSON, NaN or
+    Infinity, not an object, a lone surrogate, nested deeper than :data:`MAX_JSON_DEPTH`: named by the field
+    of ``free_form`` it is in, OpenAI chat's free-form fields by default).
+
+    >>> read_object(b'{"model": "m"}')
+    {'model': 'm'}
+    """
+    try:
+        # NaN and Infinity are not JSON; refusing them here keeps them out of every number field.
+        data = json.loads(body, parse_constant=_reject_constant)
+    except (ValueError, RecursionError) as exc:
+        # ValueError covers JSONDecodeError and UnicodeDecodeError; RecursionError, absurd nesting.
+        raise APIError.invalid_request(
+            f"The request body is not valid JSON ({_reason(exc)}).", code="invalid_json"
+        ) from None
+    if not isinstance(data, dict):
+        raise APIError.invalid_request("The request body must be a JSON object.", code="invalid_type")
+    if re.search(rb"\\u[dD][89a-fA-F]", body) and _has_lone_surrogate(data):
+        # JSON's grammar allows "\ud800" alone; no UTF-8 can carry it to the container.
+        raise APIError.invalid_request(
+            "The request body is not valid JSON (a \\u escape is an unpaired UTF-16 surrogate).", code="invalid_json"
+        )
+    _check_depth(body, data, _FREE_FORM if free_form is None else free_form)
+    return data
+
+
+def _check_depth(body: bytes, data: dict[str, Any], free_form: tuple[tuple[str, ...], ...] = ()) -> None:
     """A 400 naming the field when the body nests deeper than :data:`MAX_JSON_DEPTH`.
 
     Decided here, before any work: pydantic would accept the request and then fail to serialise it for the
@@ -607,7 +620,7 @@ def _check_depth(body: bytes, data: dict[str, Any]) -> None:
     while pending:
         value, depth, path = pending.pop()
         if depth > MAX_JSON_DEPTH:
-            field = _field_of(path)
+            field = _field_of(path, free_form)
             raise APIError.invalid_request(
                 f"'{field}' is nested too deeply: a request may nest at most {MAX_JSON_DEPTH} levels of objects "
                 "and arrays.",
@@ -618,15 +631,16 @@ def _check_depth(body: bytes, data: dict[str, Any]) -> None:
         pending.extend((child, depth + 1, (*path, str(key))) for key, child in items if isinstance(child, dict | list))
 
 
-def _field_of(path: tuple[str, ...]) -> str:
-    """The field a deep path is in: a free-form field of :data:`_FREE_FORM`, else the top-level field.
+def _field_of(path: tuple[str, ...], free_form: tuple[tuple[str, ...], ...] = ()) -> str:
+    """The field a deep path is in: a free-form field of ``free_form`` (patterns, ``*`` for an index), else
+    the top-level field.
 
-    >>> _field_of(("tools", "3", "function", "parameters", "properties", "a"))
+    >>> _field_of(("tools", "3", "function", "parameters", "properties", "a"), _FREE_FORM)
     'tools.3.function.parameters'
-    >>> _field_of(("top_k", "0", "0"))
+    >>> _field_of(("top_k", "0", "0"), _FREE_FORM)
     'top_k'
     """
-    for pattern in _FREE_FORM:
+    for pattern in free_form:
         head = path[: len(pattern)]
         if len(head) < len(pattern):
             continue

@@ -196,3 +196,30 @@ def test_every_dialect_builds_its_body_from_the_translated_request() -> None:
 def test_encrypted_reasoning_from_elsewhere_is_refused_by_name() -> None:
     item = {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "gAAAAB-openai-blob"}
     assert refusal({"input": [item, {"role": "user", "content": "Hi"}]}).param == "input.0.encrypted_content"
+
+
+def _nested(levels: int) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "object"}
+    for _ in range(levels):
+        schema = {"type": "object", "properties": {"a": schema}}
+    return schema
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        (
+            {"input": "Hi", "text": {"format": {"type": "json_schema", "name": "x", "schema": _nested(130)}}},
+            "text.format.schema",
+        ),
+        ({"input": "Hi", "tools": [{**TOOL, "parameters": _nested(130)}]}, "tools.0.parameters"),
+    ],
+)
+def test_a_schema_nested_past_the_limit_is_a_400_naming_its_field_before_any_work(
+    body: dict[str, Any], param: str
+) -> None:
+    # It was a 500: pydantic accepted it and then could not serialise the upstream body.
+    err = refusal(body)
+    assert err.param == param and "nested too deeply" in err.message
+    ordinary = {"input": "Hi", "tools": [{**TOOL, "parameters": _nested(20)}]}
+    assert parse(ordinary).request.tools  # a deep but ordinary schema still goes through
