@@ -43,7 +43,7 @@ from sagestream.errors import MAX_MESSAGE_CHARS, APIError
 
 if TYPE_CHECKING:
     # At run time the request models (and pydantic) are imported where a request is at hand, so that the
-    # function's init does without them (see the README's Benchmark section, cold start).
+    # function's init does without them (see docs/benchmark.md, cold start).
     from sagestream.schema import ChatCompletionRequest, CompletionRequest
 
 __all__ = [
@@ -696,7 +696,7 @@ def upstream_body(
 ) -> dict[str, Any]:
     """The InvokeEndpoint body that asks the container speaking ``dialect`` for ``request``.
 
-    Every field the request carries is placed here or refused with a 400 naming it (the README's
+    Every field the request carries is placed here or refused with a 400 naming it (docs/api.md's
     "OpenAI compatibility" table says which, per dialect). ``prompt_template`` is a
     :mod:`sagestream.prompts` name, needed for chat on ``tgi`` and ``lmi``. ``model`` is left out: each
     endpoint serves one model, and vLLM refuses a name it does not serve. ``in_call`` names the fields the

@@ -1,6 +1,6 @@
 """The Function URL's side of the wire: the event Lambda hands the function, and the response prelude.
 
-One home for both (invariant 5 of the README's "Architecture" section): the streaming runtime encodes
+One home for both (invariant 5 of docs/architecture.md): the streaming runtime encodes
 the prelude, the local Function URL front (``sagestream_local``) builds events and decodes preludes, and
 both use this module.
 

@@ -3,7 +3,7 @@
 A SageMaker streaming answer is cut into PayloadParts wherever the container's writes and the
 event-stream framing happen to fall: inside a line, inside a multi-byte UTF-8 character. The
 :class:`LineSplitter` holds only the unfinished tail of the current line (so memory per stream is bounded
-by the longest line: invariant 3 of the README's "Architecture" section) and looks at each byte once;
+by the longest line: invariant 3 of docs/architecture.md) and looks at each byte once;
 :func:`decode_line` turns a complete line into text (invariant 4); :func:`sse_data` gives the event data,
 if any, a line carries, for SSE (``data: {...}``) and jsonlines (``{...}``) containers alike.
 

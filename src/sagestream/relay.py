@@ -4,8 +4,8 @@ One streamed answer goes PayloadPart bytes → :class:`~sagestream.lines.LineSpl
 dialect decoder → :class:`~sagestream.dialects.Delta` → the client API's
 :class:`~sagestream.sse.StreamEncoder` (:class:`~sagestream.sse.ChunkEncoder` for OpenAI's) → bytes.
 :func:`relay` is that path as a generator: it yields each delta with its bytes the moment the part that
-completed it has been split and decoded, before it asks for the next part (invariant 1 of the README's
-"Architecture" section); whoever iterates writes the bytes and notes the delta. The bytes may be empty:
+completed it has been split and decoded, before it asks for the next part (invariant 1 of
+docs/architecture.md); whoever iterates writes the bytes and notes the delta. The bytes may be empty:
 a delta that only carries usage, say, is noted but sends nothing yet.
 
 Faults are stream items (as in aws-lambda-rust-runtime): any exception out of the parts (an upstream

@@ -17,7 +17,7 @@ OpenAI itself refuses a key over 64 characters (``string_above_max_length``), so
 sends one; the id SageMaker routes by stays the one the client chose and an operator searches for; and
 a hash would accept here what OpenAI refuses. The client learns the rule once and keeps its ids short.
 
-Stateful sessions (``SessionId``) are not offered: see the README's "SageMaker routing" section.
+Stateful sessions (``SessionId``) are not offered: see docs/observability.md, "SageMaker routing".
 
 Environment variables read: none (``PREFIX_AWARE_ROUTING`` is :mod:`sagestream.config`'s).
 

@@ -40,7 +40,7 @@ with its own ``/next`` connection, as aws-lambda-rust-runtime's concurrent runne
 Threads, not processes or a selector loop: a relayed stream spends almost all its life waiting on two
 sockets, so the GIL is rarely contended, the handler stays the blocking code it is, and one process (one
 init, one boto3 client, one 51 MB interpreter) carries them all; measured, 16-64 streams in one process
-cost about half the CPU per stream-second of one stream per process (README "Many streams per
+cost about half the CPU per stream-second of one stream per process (docs/deploy.md, "Many streams per
 environment"). What is per invocation stays per invocation: the trace header is a context variable (the
 process-wide ``_X_AMZN_TRACE_ID`` is removed, so that nothing reads another invocation's), and the
 handler keeps its record, log keys and metrics per call. A handler that fails fails only its own
@@ -392,7 +392,7 @@ class StreamingResponse:
     """A :class:`ResponseStream` over one streamed ``/response`` POST.
 
     Nothing is buffered in userspace: ``start`` sends the request head, the prelude and the separator, each
-    ``write`` is one HTTP chunk sent at once on a TCP_NODELAY socket (invariant 2 of the README's "Architecture").
+    ``write`` is one HTTP chunk sent at once on a TCP_NODELAY socket (invariant 2 of docs/architecture.md).
 
     Each send has a timeout that ends :data:`WRITE_RESERVE_S` before the invocation's deadline: a caller that
     stopped reading fills the socket buffers, and a blocked ``sendall`` would otherwise hold the handler

@@ -199,7 +199,7 @@ SETTINGS: tuple[Setting, ...] = (
         "PREFIX_AWARE_ROUTING",
         "flag",
         "send a request's `prompt_cache_key` as SageMaker's `PrefixAwareId`, for endpoints whose routing strategy "
-        "is prefix-aware (README, SageMaker routing)",
+        "is prefix-aware ([SageMaker routing](observability.md#sagemaker-routing-and-request-correlation))",
         default=False,
         field="prefix_aware_routing",
         template_parameter="PrefixAwareRouting",
@@ -233,9 +233,9 @@ SETTINGS: tuple[Setting, ...] = (
         "EXTRA_REQUEST_FIELDS",
         "names",
         "vendor request fields passed to the container (`top_k,min_p,repetition_penalty,chat_template_kwargs`); "
-        "not OpenAI's own fields (README, OpenAI compatibility). A name the function sets or limits in the "
-        "upstream body is refused at init, per dialect (`dialects.COMPUTED_FIELDS`): `openai` `model`, "
-        "`messages`, `prompt`, `stream`, `stream_options`, `max_tokens`, `max_completion_tokens`; `tgi` (in "
+        "not OpenAI's own fields ([OpenAI compatibility](api.md#openai-compatibility)). A name the function sets "
+        "or limits in the upstream body is refused at init, per dialect (`dialects.COMPUTED_FIELDS`): `openai` "
+        "`model`, `messages`, `prompt`, `stream`, `stream_options`, `max_tokens`, `max_completion_tokens`; `tgi` (in "
         "`parameters`) `details`, `max_new_tokens`, `do_sample`, `temperature`, `top_p`, `stop`, `seed`, "
         "`frequency_penalty`, `top_n_tokens`, `grammar`; `lmi` the same with `stop_sequences` and "
         "`presence_penalty`, without `top_n_tokens` and `grammar`",
@@ -316,7 +316,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "AUTH_MODE",
         "choice",
-        "who may call `/v1/*` (README, Access control)",
+        "who may call `/v1/*` ([Access control](auth.md))",
         default="iam",
         field="auth_mode",
         template_parameter="AuthMode",

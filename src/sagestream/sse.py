@@ -1,7 +1,7 @@
 """Deltas to OpenAI's streaming wire format: ``data: {chunk}\\n\\n`` events, then ``data: [DONE]\\n\\n``.
 
 One :class:`ChunkEncoder` per response. It returns bytes and writes nothing, so each event is exactly
-one write for the caller (and so one HTTP chunk: invariant 1 of the README's "Architecture" section).
+one write for the caller (and so one HTTP chunk: invariant 1 of docs/architecture.md).
 The chunks are what OpenAI sends, field for field, for ``chat.completion.chunk`` and streamed ``text_completion``: the
 first chat chunk carries ``delta.role = "assistant"``; with ``stream_options.include_usage`` every chunk
 has ``"usage": null`` and a last chunk with ``choices: []`` carries the usage (sent only when the

@@ -188,7 +188,7 @@ def error_from(exc: BaseException) -> APIError:
 
     A 429 or 5xx comes after botocore has spent the retry budget (``UPSTREAM_MAX_ATTEMPTS`` calls in all):
     it says ``x-should-retry: false``, which both OpenAI SDKs obey, so that their own two retries do not
-    multiply the endpoint calls (README "Retries").
+    multiply the endpoint calls (docs/configuration.md, "Retries").
 
     >>> error_from(DeadlineReached()).headers
     {'x-should-retry': 'false'}

@@ -544,7 +544,7 @@ class _Sampler:
         pattern = schema.get("pattern")
         if isinstance(pattern, str):
             # No generator for regular expressions: a word of the prompt that matches ("OSL" for ^[A-Z]{3}$),
-            # else the value stays invalid (README, "The simulated model").
+            # else the value stays invalid (docs/development.md, "The simulated model").
             candidates[1:1] = re.findall(r"[\w@.:/+-]+", self.prompt)
         for candidate in candidates:
             if (

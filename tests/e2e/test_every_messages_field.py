@@ -6,7 +6,7 @@ newer SDK with a field this table does not know fails here until someone decides
 it. Each field is sent alone (with what it needs beside it) through the local stack, deployed with
 ``EXTRA_REQUEST_FIELDS=top_k,thinking_token_budget`` so that the vendor fields have somewhere to go; the
 simulated endpoint shows what arrived. A field accepted as a hint (``cache_control``, ``service_tier``) must
-leave what the endpoint is sent unchanged: the README says why it needs nothing sent.
+leave what the endpoint is sent unchanged: docs/api.md says why it needs nothing sent.
 """
 
 from __future__ import annotations

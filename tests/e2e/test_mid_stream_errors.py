@@ -4,7 +4,8 @@ AWS's custom-runtime guide says a streamed response ended with the ``Lambda-Runt
 trailers is treated by Lambda as a successful response (so they would not count in the ``Errors`` metric),
 and what a Function URL client sees of them is not documented; cargo-lambda cuts the client's transfer.
 So sagestream's handled mid-stream failures end cleanly, and the trailers stay for a handler that raised
-(tests/protocol/test_runtime.py). The full reasoning is in ``StreamingResponse.fail`` and the README.
+(tests/protocol/test_runtime.py). The full reasoning is in ``StreamingResponse.fail`` and
+docs/limits-and-troubleshooting.md.
 """
 
 from __future__ import annotations

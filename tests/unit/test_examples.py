@@ -47,9 +47,9 @@ def test_every_module_has_its_own_unit_test_file() -> None:
     assert missing == []
 
 
-def test_every_test_folder_is_in_the_readme_with_what_it_holds() -> None:
+def test_every_test_folder_is_in_the_development_page_with_what_it_holds() -> None:
     root = Path(__file__).parents[2]
-    readme = (root / "README.md").read_text("utf-8")
+    page = (root / "docs" / "development.md").read_text("utf-8")
     # tests/artifacts holds what a run leaves behind (the browser test's screenshot; gitignored), no tests.
     folders = sorted(
         p.name
@@ -57,12 +57,12 @@ def test_every_test_folder_is_in_the_readme_with_what_it_holds() -> None:
         if p.is_dir() and not p.name.startswith("__") and p.name != "artifacts"
     )
     assert folders, "no test folders found"
-    assert [f for f in folders if f"| `tests/{f}` |" not in readme] == []
+    assert [f for f in folders if f"| `tests/{f}` |" not in page] == []
 
 
-def test_the_invariants_the_docstrings_cite_are_in_the_readme() -> None:
-    readme = (Path(__file__).parents[2] / "README.md").read_text("utf-8")
-    section = readme.split("## Architecture", 1)[1].split("\n## ", 1)[0]
+def test_the_invariants_the_docstrings_cite_are_in_the_architecture_page() -> None:
+    page = (Path(__file__).parents[2] / "docs" / "architecture.md").read_text("utf-8")
+    section = page.split("## Modules and invariants", 1)[1].split("\n## ", 1)[0]
     assert [n for n in range(1, 10) if f"\n{n}. **" not in section] == []
     # The repository has no DESIGN document: a docstring that cites one points nowhere.
     sources = {m.__name__: Path(m.__file__ or "").read_text("utf-8").lower() for m in MODULES}
