@@ -25,7 +25,7 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -53,6 +53,8 @@ class Parsed:
     # The chat request's field paths under the names the client used ("user" -> "metadata.user_id"), for an
     # API whose fields the translation renamed: a refusal of the dialects must name what the client sent.
     names: Mapping[str, str] = field(default_factory=dict)
+    # Or, for an API whose renaming is more than a table of paths, the function that does it.
+    rename: Callable[[APIError], APIError] | None = None
 
     @property
     def stream(self) -> bool:
@@ -60,7 +62,7 @@ class Parsed:
 
     def in_client_terms(self, err: APIError) -> APIError:
         """``err`` (about the chat-shaped request) naming the field as the client's API calls it."""
-        return in_client_terms(err, self.names)
+        return self.rename(err) if self.rename is not None else in_client_terms(err, self.names)
 
 
 def in_client_terms(err: APIError, names: Mapping[str, str]) -> APIError:

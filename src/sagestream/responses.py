@@ -44,6 +44,7 @@ b'event: response.content_part.added', b'event: response.output_text.delta']
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import time
 import uuid
@@ -660,7 +661,6 @@ class ResponsesAPI:
 
     def parse(self, raw: bytes, cfg: Config) -> Parsed:
         # Here, not at import: the request models are the Responses API's own, built by its first request.
-        from sagestream import dialects
         from sagestream.responses_request import parse_responses, renamed
 
         request, chat, origins = parse_responses(
@@ -669,18 +669,8 @@ class ResponsesAPI:
             extra_fields=cfg.extra_request_fields,
             max_prompt_chars=cfg.max_prompt_chars,
         )
-        try:
-            # The dialect's refusals, checked here so that they name the Responses field; app builds the body again.
-            dialects.upstream_body(
-                cfg.dialect,
-                chat,
-                prompt_template=cfg.prompt_template,
-                stream=bool(chat.stream),
-                max_tokens_default=cfg.max_tokens_limit,
-            )
-        except APIError as err:
-            raise renamed(err, origins) from None
-        return Parsed(chat, request)
+        # The dialect's refusals (raised where app builds the body) name the Responses field the client sent.
+        return Parsed(chat, request, rename=functools.partial(renamed, origins=origins))
 
     def encoder(self, parsed: Parsed, cfg: Config) -> ResponsesEncoder:
         return ResponsesEncoder(parsed.original, model=cfg.model_id, pad_bytes=cfg.sse_pad_bytes)

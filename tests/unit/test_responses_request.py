@@ -14,6 +14,8 @@ from sagestream.config import Config
 from sagestream.dialects import Delta
 from sagestream.errors import APIError
 from sagestream.responses import RESPONSES
+from tests.unit.test_app import make as make_app
+from tests.unit.test_app import run
 
 CFG = Config.from_env({"SAGEMAKER_ENDPOINT_NAME": "unit-llm", "AUTH_MODE": "none"})
 TGI = Config.from_env({"SAGEMAKER_ENDPOINT_NAME": "unit-llm", "UPSTREAM_FORMAT": "tgi", "PROMPT_TEMPLATE": "chatml"})
@@ -180,8 +182,22 @@ def test_max_output_tokens_over_the_limit_is_refused_under_its_own_name() -> Non
     ],
 )
 def test_a_prompt_dialects_refusal_names_the_responses_field(cfg: Config, body: dict[str, Any], param: str) -> None:
-    err = refusal(body, cfg)
-    assert err.param == param and f"'{param}'" in err.message
+    # The dialect refuses while the upstream body is built, after the parse: app renames it with the parse's
+    # rename, as here.
+    parsed = parse(body, cfg)
+    with pytest.raises(APIError) as info:
+        dialects.upstream_body(
+            cfg.dialect, parsed.request, prompt_template=cfg.prompt_template, stream=False, max_tokens_default=None
+        )
+    err = parsed.in_client_terms(info.value)
+    assert err.status == 400 and err.param == param and f"'{param}'" in err.message
+
+
+def test_the_route_answers_a_dialects_refusal_under_the_responses_name() -> None:
+    handler, upstream = make_app(UPSTREAM_FORMAT="tgi", PROMPT_TEMPLATE="chatml", AUTH_MODE="none")
+    answer = run(handler, "POST", "/v1/responses", {"input": "Hi", "reasoning": {"effort": "low"}})
+    assert answer.status == 400 and json.loads(answer.body)["error"]["param"] == "reasoning.effort"
+    assert upstream.calls == []
 
 
 def test_every_dialect_builds_its_body_from_the_translated_request() -> None:
