@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -15,6 +16,29 @@ SAM = ROOT / ".venv-sam" / "bin" / "sam"
 SAM_PYTHON = ROOT / ".venv-sam" / "bin" / "python"
 # The SAM CLI reports usage to AWS unless told not to; these tests talk to nothing but 127.0.0.1 and PyPI.
 SAM_ENV = {**os.environ, "SAM_CLI_TELEMETRY": "0"}
+
+
+def sam_lint(sam: Path, template: Path | str = "template.yaml") -> subprocess.CompletedProcess[str]:
+    """``sam validate --lint`` (cfn-lint included) of ``template``, run from the repository's root."""
+    return subprocess.run(
+        [str(sam), "validate", "--lint", "--region", "us-east-1", "--template-file", str(template)],
+        cwd=ROOT,
+        env=SAM_ENV,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def with_defaults(text: str, values: dict[str, str]) -> str:
+    """The template's text with these parameters' defaults (each parameter must have a Default line): how a
+    parameter's other value is validated, since ``sam validate`` takes no parameters."""
+    for name, value in values.items():
+        pattern = re.compile(rf"(^  {name}:\n(?:    .*\n)*?    Default: ).*$", re.MULTILINE)
+        text, count = pattern.subn(lambda m, value=value: m[1] + f'"{value}"', text, count=1)
+        assert count == 1, name
+    return text
 
 
 def find_python313() -> str | None:

@@ -13,7 +13,7 @@ import pytest
 from sagestream.messages import REFUSED_HEADERS
 from sagestream_local import cors
 from tests.cfn import load_template
-from tests.deploy.conftest import ROOT, SAM_ENV
+from tests.deploy.conftest import ROOT, SAM_ENV, sam_lint, with_defaults
 
 
 @pytest.fixture(scope="module")
@@ -51,15 +51,7 @@ def _strings(value: Any) -> list[str]:
 
 
 def test_sam_validate_lint_is_clean(sam: Path) -> None:
-    result = subprocess.run(
-        [str(sam), "validate", "--lint", "--region", "us-east-1", "--template-file", "template.yaml"],
-        cwd=ROOT,
-        env=SAM_ENV,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    result = sam_lint(sam)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -328,22 +320,10 @@ _NETWORK = {"SubnetIds": "subnet-0123456789abcdef0", "SecurityGroupIds": "sg-012
 
 def test_sam_validate_lint_is_clean_with_managed_instances_on(sam: Path, tmp_path: Path) -> None:
     """``sam validate`` takes no parameters: the same template with the option's defaults turned on."""
-    text = (ROOT / "template.yaml").read_text()
-    defaults = {"ManagedInstances": '"true"', **{k: f'"{v}"' for k, v in _NETWORK.items()}, "VpcId": '"vpc-0abc"'}
-    for name, value in defaults.items():
-        text, count = re.subn(rf"(\n  {name}:\n    Type: \S+\n    Default: )\S+", rf"\g<1>{value}", text)
-        assert count == 1, name
+    defaults = {"ManagedInstances": "true", **_NETWORK, "VpcId": "vpc-0abc"}
     on = tmp_path / "template.yaml"
-    on.write_text(text)
-    result = subprocess.run(
-        [str(sam), "validate", "--lint", "--region", "us-east-1", "--template-file", str(on)],
-        cwd=ROOT,
-        env=SAM_ENV,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    on.write_text(with_defaults((ROOT / "template.yaml").read_text(), defaults))
+    result = sam_lint(sam, on)
     assert result.returncode == 0, result.stdout + result.stderr
 
 

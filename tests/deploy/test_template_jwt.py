@@ -4,15 +4,13 @@ as a copy of the template whose defaults are that way's values."""
 
 from __future__ import annotations
 
-import re
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.cfn import load_template
-from tests.deploy.conftest import ROOT, SAM_ENV
+from tests.deploy.conftest import ROOT, sam_lint, with_defaults
 
 PARAMETER = "parameter/${AWS::StackName}/page-client-id"
 WAYS = {
@@ -27,28 +25,11 @@ WAYS = {
 }
 
 
-def with_defaults(text: str, values: dict[str, str]) -> str:
-    """The template's text with these parameters' defaults (each parameter must have a Default line)."""
-    for name, value in values.items():
-        pattern = re.compile(rf"(^  {name}:\n(?:    .*\n)*?    Default: ).*$", re.MULTILINE)
-        text, count = pattern.subn(lambda m, value=value: m[1] + f'"{value}"', text, count=1)
-        assert count == 1, name
-    return text
-
-
 @pytest.mark.parametrize("way", WAYS.values(), ids=WAYS.keys())
 def test_sam_validate_lint_is_clean_both_ways(sam: Path, tmp_path: Path, way: dict[str, str]) -> None:
     template = tmp_path / "template.yaml"
     template.write_text(with_defaults((ROOT / "template.yaml").read_text(), way))
-    result = subprocess.run(
-        [str(sam), "validate", "--lint", "--region", "us-east-1", "--template-file", str(template)],
-        cwd=ROOT,
-        env=SAM_ENV,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    result = sam_lint(sam, template)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
