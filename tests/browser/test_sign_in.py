@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.browser.test_chat_page import CHROMIUM, CHROMIUM_ARGS, Chat, Server, start_server, stop_server
+from tests.browser.test_chat_page import CHROMIUM, Chat, Server, browser, start_server, stop_server
 from tests.prerequisites import unavailable
+
+__all__ = ["browser"]  # the shared Chromium fixture
 
 sync_api = pytest.importorskip("playwright.sync_api")
 
@@ -30,14 +32,6 @@ def server() -> Iterator[Server]:
     s = start_server({"AUTH_MODE": "jwt"})
     yield s
     stop_server(s)
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        yield b
-        b.close()
 
 
 @pytest.fixture
