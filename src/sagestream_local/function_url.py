@@ -429,13 +429,11 @@ def _client_state(sock: socket.socket) -> str:
 class _FrontServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
-    # socketserver's default backlog is 5: a burst of clients (64 streams for one environment, K at once)
-    # would overflow it and see resets; a Function URL takes them all.
+    # socketserver listens with a backlog of 5: a burst of clients (64 streams for one environment, K at
+    # once) would overflow it, and each connection left out waits in the kernel for its SYN's retry (1 s,
+    # then 3) rather than be served or refused at once; a Function URL takes them all.
     request_queue_size = 256
     front: FunctionURL
-    # socketserver listens with a backlog of 5: a burst of connections would wait in the kernel for seconds
-    # (SYN retries) rather than be served or refused at once.
-    request_queue_size = 128
     _connections = 0
     _counting = threading.Lock()
 

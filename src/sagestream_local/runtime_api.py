@@ -322,6 +322,10 @@ class _RuntimeAPIHandler(NoDelayHandler):
 
 class _RuntimeAPIServer(ThreadingHTTPServer):
     daemon_threads = True
+    # An environment with K invocation loops (--max-concurrency) opens up to K connections at once, each
+    # stream's /response starting together; socketserver's backlog of 5 would drop the SYNs of the rest,
+    # and each would wait a whole second for its retry before its first byte.
+    request_queue_size = 256
     environment: ExecutionEnvironment
 
 

@@ -70,6 +70,9 @@ PREFIX_CACHE_IDS = 1024
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = False
+    # One environment with K invocation loops calls the endpoint K times at once, over new connections;
+    # socketserver's backlog of 5 would hold the rest back a second each (their SYNs dropped, then retried).
+    request_queue_size = 256
 
     def __init__(self, address: tuple[str, int], endpoint: SimulatedEndpoint) -> None:
         self.endpoint = endpoint
