@@ -176,27 +176,24 @@ def one_k(k: int, seconds: float, pin: bool = False) -> dict[str, Any]:
         peak_kb = status_kb("VmHWM", pid)
         time.sleep(0.5)  # each invocation writes its log record after its client has the last byte
         records = {prompt_of(r.request): r for r in stack.endpoint.records}
-        added: list[float] = []
+        # When the runtime's write of each delta returned, by prompt (bench.write_times).
+        written = {e["prompt"]: e["writes"] for e in map(json.loads, write_times.read_text().splitlines())}
+        added: list[float] = []  # the endpoint's send of a token to the client's arrival of its delta
         first_added: list[float] = []
+        runtime_added: list[float] = []  # the send to the runtime's write, after each stream's first delta
+        runtime_first: list[float] = []  # the first, which also starts its response
         for prompt, got in arrivals.items():
             sent = [t.monotonic_ns for t in records[prompt].tokens]
-            assert len(got) == len(sent) == tokens, f"{prompt}: {len(got)} of {len(sent)} deltas"
+            wrote = written[prompt]
+            assert len(got) == len(sent) == len(wrote) == tokens, (
+                f"{prompt}: {len(got)} arrived and {len(wrote)} written of {len(sent)} deltas sent"
+            )
             added += [(a - s) / 1e6 for a, s in zip(got, sent, strict=True)]
             first_added.append((got[0] - sent[0]) / 1e6)
-        added.sort()
-        # What the runtime adds: the endpoint's send of a token to the runtime's write of its delta returning.
-        written = {}
-        for line in write_times.read_text().splitlines():
-            entry = json.loads(line)
-            written[entry["prompt"]] = entry["writes"]
-        runtime_added: list[float] = []  # after each stream's first delta, which also starts the response
-        runtime_first: list[float] = []
-        for prompt in arrivals:
-            sent = [t.monotonic_ns for t in records[prompt].tokens]
-            assert len(written[prompt]) == len(sent), f"{prompt}: {len(written[prompt])} writes of {len(sent)}"
-            times = [(w - s) / 1e6 for w, s in zip(written[prompt], sent, strict=True)]
+            times = [(w - s) / 1e6 for w, s in zip(wrote, sent, strict=True)]
             runtime_first.append(times[0])
             runtime_added += times[1:]
+        added.sort()
         runtime_added.sort()
         own = [r for r in log.new_records() if r.get("message") == "invocation"]
         stream_seconds = k * tokens * CADENCE_MS / 1000

@@ -14,6 +14,7 @@ in it.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import threading
@@ -31,7 +32,10 @@ def _install() -> Any:
     path = os.environ["WRITE_TIMES"]
 
     def handler(event: dict[str, Any], stream: Any, context: Any) -> Any:
-        prompt = json.loads(event.get("body") or "{}").get("messages", [{}])[-1].get("content")
+        body = event.get("body") or "{}"
+        if event.get("isBase64Encoded"):
+            body = base64.b64decode(body)
+        prompt = json.loads(body)["messages"][-1]["content"]
         writes: list[int] = []
         write = stream.write
 
