@@ -245,19 +245,6 @@ def transformed(sam: Path) -> dict[str, Any]:
     return result
 
 
-def test_an_open_url_gets_its_public_permissions_and_an_iam_url_none(transformed: dict[str, Any]) -> None:
-    permissions = {k: v for k, v in transformed["Resources"].items() if v["Type"] == "AWS::Lambda::Permission"}
-    assert {v["Properties"]["Action"] for v in permissions.values()} == {
-        "lambda:InvokeFunctionUrl",
-        "lambda:InvokeFunction",
-    }
-    for permission in permissions.values():
-        assert permission["Condition"] == "OpenUrl"  # AWS_IAM mode: no public grant at all
-        assert permission["Properties"]["Principal"] == "*"
-    invoke = next(v for v in permissions.values() if v["Properties"]["Action"] == "lambda:InvokeFunction")
-    assert invoke["Properties"]["InvokedViaFunctionUrl"] is True
-
-
 def test_the_role_grants_only_the_template_statements(transformed: dict[str, Any]) -> None:
     role = transformed["Resources"]["SageStreamFunctionRole"]["Properties"]
     assert [p["PolicyDocument"]["Statement"] for p in role["Policies"]] == [
@@ -406,6 +393,44 @@ def test_managed_instances_run_the_live_alias_on_a_capacity_provider_with_json_l
     (endpoint,) = _of_type(resources, "AWS::EC2::VPCEndpoint")
     assert endpoint["Properties"]["ServiceName"] == "com.amazonaws.us-east-1.sagemaker.runtime"
     assert endpoint["Properties"]["PrivateDnsEnabled"] is True  # boto3's usual host name resolves to it
+
+
+@pytest.mark.parametrize("managed", ["false", "true"])
+@pytest.mark.parametrize("mode", ["iam", "api_key", "jwt", "none"])
+def test_an_open_url_is_granted_to_anyone_on_what_the_url_is_on_and_an_iam_url_to_no_one(
+    sam: Path, managed: str, mode: str
+) -> None:
+    """Both transforms, as CloudFormation runs them: LanguageExtensions makes the AuthType a literal, and SAM
+    grants an open URL to anyone on what the URL is on (the alias on Managed Instances: a grant on the
+    unqualified function would leave the alias's URL answering 403). The template writes no grant itself: it
+    used to, with SAM's own logical ids, and no open-mode stack transformed."""
+    network = {"SubnetIds": [_NETWORK["SubnetIds"]], "SecurityGroupIds": [_NETWORK["SecurityGroupIds"]]}
+    modes = {"api_key": {"ApiKeysParameter": "keys"}, "jwt": {"CreateUserPool": "true"}}
+    resources = _deployed(sam, ManagedInstances=managed, AuthMode=mode, **modes.get(mode, {}), **network)
+    target = "SageStreamFunctionAliaslive" if managed == "true" else "SageStreamFunction"
+    (url,) = _of_type(resources, "AWS::Lambda::Url")
+    assert url["Properties"]["TargetFunctionArn"] == {"Ref": target}
+    assert url["Properties"]["AuthType"] == ("AWS_IAM" if mode == "iam" else "NONE")
+    permissions = _of_type(resources, "AWS::Lambda::Permission")
+    if mode == "iam":
+        assert permissions == []  # signed callers only: no public grant at all
+        return
+    assert {p["Properties"]["Action"] for p in permissions} == {"lambda:InvokeFunctionUrl", "lambda:InvokeFunction"}
+    for permission in permissions:
+        assert permission["Properties"]["FunctionName"] == {"Ref": target}, (managed, permission)
+        assert permission["Properties"]["Principal"] == "*"
+    invoke = next(p for p in permissions if p["Properties"]["Action"] == "lambda:InvokeFunction")
+    assert invoke["Properties"]["InvokedViaFunctionUrl"] is True  # only through the URL, never a direct Invoke
+    url_grant = next(p for p in permissions if p["Properties"]["Action"] == "lambda:InvokeFunctionUrl")
+    assert url_grant["Properties"]["FunctionUrlAuthType"] == "NONE"
+
+
+def test_sam_validate_lint_is_clean_with_managed_instances_and_an_open_url(sam: Path, tmp_path: Path) -> None:
+    defaults = {"ManagedInstances": "true", **_NETWORK, "AuthMode": "api_key", "ApiKeysParameter": "keys"}
+    on = tmp_path / "template.yaml"
+    on.write_text(with_defaults((ROOT / "template.yaml").read_text(), defaults))
+    result = sam_lint(sam, on)
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_classic_lambda_is_the_default_and_has_no_capacity_provider_alias_or_vpc(sam: Path) -> None:
