@@ -230,10 +230,10 @@ print(json.dumps(transform(template, {}, Policies())))
 """
 
 
-@pytest.fixture(scope="module")
-def transformed(sam: Path) -> dict[str, Any]:
+def _run_in_sam(sam: Path, script: str, *args: str) -> Any:
+    """``script`` run by SAM CLI's own Python (its translator and its LanguageExtensions), its JSON output."""
     out = subprocess.run(
-        [str(sam.parent / "python"), "-c", _TRANSFORM],
+        [str(sam.parent / "python"), "-c", script, *args],
         cwd=ROOT,
         env={**SAM_ENV, "AWS_DEFAULT_REGION": "us-east-1"},
         capture_output=True,
@@ -241,7 +241,12 @@ def transformed(sam: Path) -> dict[str, Any]:
         timeout=60,
         check=True,
     )
-    result: dict[str, Any] = json.loads(out.stdout)
+    return json.loads(out.stdout)
+
+
+@pytest.fixture(scope="module")
+def transformed(sam: Path) -> dict[str, Any]:
+    result: dict[str, Any] = _run_in_sam(sam, _TRANSFORM)
     return result
 
 
@@ -270,16 +275,7 @@ print(json.dumps(expanded))
 
 
 def test_the_listed_models_endpoints_become_one_exact_grant_each(sam: Path) -> None:
-    out = subprocess.run(
-        [str(sam.parent / "python"), "-c", _EXPAND_LOOPS],
-        cwd=ROOT,
-        env=SAM_ENV,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    expanded = json.loads(out.stdout)
+    expanded = _run_in_sam(sam, _EXPAND_LOOPS)
     grants = {k: v for k, v in expanded["Resources"].items() if v["Type"] == "AWS::IAM::RolePolicy"}
     prefix = "arn:aws:sagemaker:us-east-1:123456789012:"
     resources = {
@@ -342,16 +338,9 @@ print(json.dumps(transform(expanded, parameters, Policies())))
 
 
 def _deployed(sam: Path, **parameters: object) -> dict[str, Any]:
-    out = subprocess.run(
-        [str(sam.parent / "python"), "-c", _BOTH_TRANSFORMS, json.dumps({"EndpointName": "my-llm", **parameters})],
-        cwd=ROOT,
-        env={**SAM_ENV, "AWS_DEFAULT_REGION": "us-east-1"},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    resources: dict[str, Any] = json.loads(out.stdout)["Resources"]
+    resources: dict[str, Any] = _run_in_sam(
+        sam, _BOTH_TRANSFORMS, json.dumps({"EndpointName": "my-llm", **parameters})
+    )["Resources"]
     return resources
 
 
