@@ -55,6 +55,10 @@ class Parsed:
     names: Mapping[str, str] = field(default_factory=dict)
     # Or, for an API whose renaming is more than a table of paths, the function that does it.
     rename: Callable[[APIError], APIError] | None = None
+    # The fields the request carried that were accepted as documented no-ops (they cannot change what the model
+    # generates: client metadata, ids, display and caching hints), by the client's own path; the invocation
+    # record counts them (invariant 8), so an operator sees what clients send.
+    noops: tuple[str, ...] = ()
 
     @property
     def stream(self) -> bool:
@@ -94,8 +98,9 @@ class ClientAPI(Protocol):
         """The log record's ``kind``: ``chat``, ``completion``, ... ."""
         ...
 
-    def check_headers(self, headers: Mapping[str, str]) -> None:
-        """Refuse (:class:`APIError`, 400) a header of the API's own whose value cannot be honoured."""
+    def check_headers(self, headers: Mapping[str, str]) -> tuple[str, ...]:
+        """Refuse (:class:`APIError`, 400) a header of the API's own whose value cannot be honoured; the names
+        of the headers accepted as documented no-ops otherwise (counted in the record, as :attr:`Parsed.noops`)."""
         ...
 
     def parse(self, raw: bytes, cfg: Config) -> Parsed:
@@ -122,8 +127,8 @@ class OpenAICompletions:
 
     kind: Kind
 
-    def check_headers(self, headers: Mapping[str, str]) -> None:
-        return None  # OpenAI's headers (organization, project, beta) ask nothing of the relay
+    def check_headers(self, headers: Mapping[str, str]) -> tuple[str, ...]:
+        return ()  # OpenAI's headers (organization, project, beta) ask nothing of the relay
 
     def parse(self, raw: bytes, cfg: Config) -> Parsed:
         parse = parse_chat if self.kind == "chat" else parse_completion

@@ -428,8 +428,9 @@ class App:
         readable, model = _model_named(raw)
         cfg = self._target(model) if readable else self.config
         record.model, record.endpoint, record.dialect = cfg.model_id, cfg.endpoint_name, cfg.dialect
-        api.check_headers(call.request.headers)
+        record.noted(api.check_headers(call.request.headers))
         parsed = api.parse(raw, cfg)
+        record.noted(parsed.noops)
         req = parsed.request
         record.streamed = bool(req.stream)
         call.ids = self._upstream_ids(call, cfg, getattr(req, "prompt_cache_key", None))
@@ -479,7 +480,7 @@ class App:
         readable, model = _model_named(raw)
         cfg = self._target(model) if readable else self.config
         record.model, record.endpoint, record.dialect = cfg.model_id, cfg.endpoint_name, cfg.dialect
-        MESSAGES.check_headers(call.request.headers)
+        record.noted(MESSAGES.check_headers(call.request.headers))
         parsed = MESSAGES.count_request(raw, cfg)
         try:
             body = dialects.upstream_body(

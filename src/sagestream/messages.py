@@ -114,7 +114,7 @@ class MessagesAPI:
 
     kind: str = "messages"
 
-    def check_headers(self, headers: Mapping[str, str]) -> None:
+    def check_headers(self, headers: Mapping[str, str]) -> tuple[str, ...]:
         for name, reason in REFUSED_HEADERS.items():
             if headers.get(name):
                 raise APIError.invalid_request(f"'{name}' is not supported by this endpoint: {reason}.", param=name)
@@ -126,6 +126,7 @@ class MessagesAPI:
                     f"{', '.join(sorted(HONOURED_BETAS))}.",
                     param="anthropic-beta",
                 )
+        return ()
 
     def parse(self, raw: bytes, cfg: Config) -> Parsed:
         from sagestream import messages_request  # on first use: see its docstring

@@ -163,6 +163,8 @@ class StreamRecord:
     deadline_stop: bool = False
     prompt: Any = None  # the request's messages or prompt, kept only when LOG_PAYLOADS=true
     completion: list[str] | None = None  # the answer's text, kept only when LOG_PAYLOADS=true
+    # Request fields and headers accepted as documented no-ops (invariant 8), by the client's name, with a count.
+    noops: dict[str, int] = field(default_factory=dict)
 
     @property
     def output_tokens(self) -> int:
@@ -190,6 +192,17 @@ class StreamRecord:
             self.output_deltas += 1  # each such delta is one generated token on the servers that stream
         if delta.content and self.completion is not None:
             self.completion.append(delta.content)
+
+    def noted(self, names: tuple[str, ...]) -> None:
+        """The request carried ``names``, fields or headers accepted as no-ops: counted for the log record.
+
+        >>> record = StreamRecord()
+        >>> record.noted(("client_metadata", "anthropic-beta", "client_metadata"))
+        >>> record.noops
+        {'client_metadata': 2, 'anthropic-beta': 1}
+        """
+        for name in names:
+            self.noops[name] = self.noops.get(name, 0) + 1
 
     def fail(self, err: APIError) -> None:
         """The invocation ended with ``err`` (as a status before the first byte, or as an SSE error event)."""

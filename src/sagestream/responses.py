@@ -656,8 +656,8 @@ class ResponsesAPI:
 
     kind: str = "response"
 
-    def check_headers(self, headers: Mapping[str, str]) -> None:
-        return None  # OpenAI's headers (organization, project, beta) ask nothing of the relay
+    def check_headers(self, headers: Mapping[str, str]) -> tuple[str, ...]:
+        return ()  # OpenAI's headers (organization, project, beta) ask nothing of the relay
 
     def parse(self, raw: bytes, cfg: Config) -> Parsed:
         # Here, not at import: the request models are the Responses API's own, built by its first request.

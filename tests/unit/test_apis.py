@@ -42,8 +42,8 @@ class BracketEncoder:
 class Bracketed:
     kind = "bracketed"
 
-    def check_headers(self, headers: Any) -> None:
-        return None
+    def check_headers(self, headers: Any) -> tuple[str, ...]:
+        return ()
 
     def parse(self, raw: bytes, cfg: Config) -> Parsed:
         return Parsed(CHAT.parse(raw, cfg).request, original="mine")

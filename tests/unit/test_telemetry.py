@@ -49,6 +49,15 @@ def test_the_log_fields_of_a_stream() -> None:
     assert (fields["ttft_ms"], fields["upstream_ttfb_ms"], fields["duration_ms"]) == (100.0, 50.0, 500.0)
     assert fields["itl_max_ms"] is not None and fields["itl_max_ms"] >= fields["itl_median_ms"]
     assert "prompt" not in fields and "completion" not in fields and "caller" not in fields
+    assert "noops" not in fields  # a request that carried no no-op field says nothing of them
+
+
+def test_the_no_op_fields_a_request_carried_are_counted_in_the_log_record() -> None:
+    record = streamed()
+    record.noted(("client_metadata", "anthropic-beta"))
+    record.noted(("client_metadata",))
+    fields = invocation_fields(record, CONFIG, ended=10.5, cold_start=False)
+    assert fields["noops"] == {"client_metadata": 2, "anthropic-beta": 1}
 
 
 def test_payloads_and_the_caller_only_when_configured() -> None:
