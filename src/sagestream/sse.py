@@ -5,7 +5,8 @@ one write for the caller (and so one HTTP chunk: invariant 1 of docs/architectur
 The chunks are what OpenAI sends, field for field, for ``chat.completion.chunk`` and streamed ``text_completion``: the
 first chat chunk carries ``delta.role = "assistant"``; with ``stream_options.include_usage`` every chunk
 has ``"usage": null`` and a last chunk with ``choices: []`` carries the usage (sent only when the
-container reported one: the relay does not count tokens itself). Every other field of the container's
+container reported one: the relay does not count tokens itself; a prompt count it did not report is 0, since
+OpenAI's types promise three integers). Every other field of the container's
 delta (tool call fragments, ``reasoning_content`` / ``reasoning``, ``refusal``, logprobs) goes out as it
 came, in the chunk of the delta that carried it; only ``id``, ``created`` and ``model`` are the relay's
 own, one of each per response. :func:`completion_json` builds the non-streaming ``chat.completion`` /
@@ -95,13 +96,21 @@ class StreamEncoder(Protocol):
 
 
 def _usage(usage: Usage) -> dict[str, Any]:
-    """OpenAI's usage object; a count the container did not give is left out rather than sent as 0."""
-    counts = {
-        "prompt_tokens": usage.prompt_tokens,
+    """OpenAI's usage object: its three counts are always integers, as OpenAI's types declare them (strict
+    clients refuse a usage without one). A prompt count the container did not give (TGI and LMI report none)
+    is 0, and the total then the completion's; docs/api.md says which containers count prompts.
+
+    >>> _usage(Usage(None, 4, None))
+    {'prompt_tokens': 0, 'completion_tokens': 4, 'total_tokens': 4}
+    """
+    prompt = usage.prompt_tokens or 0
+    total = usage.total_tokens if usage.total_tokens is not None else prompt + usage.completion_tokens
+    return {
+        "prompt_tokens": prompt,
         "completion_tokens": usage.completion_tokens,
-        "total_tokens": usage.total_tokens,
+        "total_tokens": total,
+        **usage.details,
     }
-    return {**{k: v for k, v in counts.items() if v is not None}, **usage.details}
 
 
 def _delta_fields(delta: Delta) -> dict[str, Any]:
@@ -247,7 +256,8 @@ def completion_json(
 
     A container that gave no finish reason stopped on its own, so ``finish_reason`` is then ``stop``.
     The message keeps every field of the container's (tool calls, reasoning, refusal), and the choice
-    its logprobs; usage the container did not report is ``null``, never zeros.
+    its logprobs; usage the container did not report at all is ``null`` (OpenAI's ``usage`` is optional),
+    and a prompt count it did not report is 0 (its counts are not).
     """
     choice: dict[str, Any] = {"index": 0}
     if kind == "chat":

@@ -266,13 +266,15 @@ def test_logprobs_and_refusal_ride_on_their_chunk() -> None:
     assert encoder.encode(Delta(logprobs=LOGPROBS))
 
 
-def test_unknown_usage_counts_are_left_out_not_zero() -> None:
+def test_usage_counts_are_integers_even_when_the_container_gave_no_prompt_count() -> None:
+    # OpenAI's CompletionUsage declares all three as integers; strict clients refuse a usage without one.
     encoder = ChunkEncoder(model="m", kind="chat", include_usage=True)
     encoder.encode(Delta("x"))
     encoder.encode(Delta(finish_reason="stop", usage=Usage(None, 4, None)))
-    assert events(encoder.done())[0]["usage"] == {"completion_tokens": 4}
+    expected = {"prompt_tokens": 0, "completion_tokens": 4, "total_tokens": 4}
+    assert events(encoder.done())[0]["usage"] == expected
     whole = json.loads(completion_json(Delta("x", usage=Usage(None, 4, None)), model="m", kind="chat"))
-    assert whole["usage"] == {"completion_tokens": 4}
+    assert whole["usage"] == expected
 
 
 def test_a_whole_answer_keeps_tool_calls_reasoning_and_logprobs() -> None:
