@@ -53,7 +53,7 @@ from sagestream.errors import APIError
 from sagestream.function_url import event_body, media_type
 from sagestream.messages import MESSAGES
 from sagestream.record import StreamRecord
-from sagestream.relay import relay
+from sagestream.relay import KEEPALIVE, relay
 from sagestream.responses import RESPONSES
 from sagestream.routing import UpstreamIds
 from sagestream.runtime import ClientDisconnected, LambdaContext, ResponseStream, WriteTimedOut
@@ -529,7 +529,9 @@ class App:
     def _stream(self, call: Call, cfg: Config, api: ClientAPI, parsed: Parsed, payload: bytes) -> None:
         """Open the upstream stream and write each delta the moment it is decoded."""
         record, writer = call.record, call.writer
-        parts = upstream.open_stream(self.client, cfg, payload, deadline=self._deadline(call), ids=call.ids)
+        parts = upstream.open_stream(
+            self.client, cfg, payload, deadline=self._deadline(call), ids=call.ids, keepalive_s=cfg.sse_keepalive_s
+        )
         encoder = call.encoder = api.encoder(parsed, cfg)
         # Closed at once however the loop ends (a client gone raises out of the write): the endpoint stops
         # generating for nobody.
@@ -543,6 +545,8 @@ class App:
                 if isinstance(item, Delta):
                     # Timed here, at the edge: from the read that completed the delta to its write.
                     record.wrote(item, data, read_at=parts.read_at)
+                elif item is KEEPALIVE:
+                    record.keepalives += 1
 
 
 # The request field the call carries as SageMaker's PrefixAwareId when prefix-aware routing is on.

@@ -215,6 +215,7 @@ class Config:
     extra_request_fields: frozenset[str] = frozenset()
     prompt_template: str | None = None
     sse_pad_bytes: int = 0
+    sse_keepalive_s: float = 10.0
     deadline_margin_ms: int = 3000
     connect_timeout_s: float = 5.0
     read_timeout_s: float = 60.0

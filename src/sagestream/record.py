@@ -161,6 +161,7 @@ class StreamRecord:
     error_code: str | None = None
     client_disconnected: bool = False
     deadline_stop: bool = False
+    keepalives: int = 0  # SSE comments written while the endpoint was silent (SSE_KEEPALIVE_S)
     prompt: Any = None  # the request's messages or prompt, kept only when LOG_PAYLOADS=true
     completion: list[str] | None = None  # the answer's text, kept only when LOG_PAYLOADS=true
     # Request fields and headers accepted as documented no-ops (invariant 8), by the client's name, with a count.

@@ -16,6 +16,10 @@ were yielded it is raised, so the caller can still answer with its HTTP status. 
 in OpenAI's format; invariant 6). A deadline first closes the answer with ``finish_reason: "length"``: the
 client knows it was cut.
 
+An empty part is the endpoint's silence (:data:`~sagestream.upstream.SILENCE`: the parts' reader saw
+nothing for the keep-alive interval): it yields ``(KEEPALIVE, KEEPALIVE_EVENT)``, an SSE comment every
+client protocol's parser skips, and the response counts as started from then on.
+
 A good end yields a last chunk with ``finish_reason: "stop"`` when the container never gave one, then
 ``(None, b"data: [DONE]\\n\\n")`` (with the usage chunk before it when asked for).
 
@@ -46,11 +50,21 @@ from sagestream.lines import LineSplitter, decode_line, sse_data
 from sagestream.sse import StreamEncoder
 from sagestream.upstream import error_from
 
-__all__ = ["Item", "relay"]
+__all__ = ["KEEPALIVE", "KEEPALIVE_EVENT", "Item", "KeepAlive", "relay"]
 
-Item = tuple[Delta | APIError | None, bytes]
-"""What :func:`relay` yields: a delta and its bytes; ``None`` and the closing bytes; or the fault and its
-SSE error event, last."""
+
+class KeepAlive:
+    """What :func:`relay` yields for the endpoint's silence: no delta, only bytes that keep the stream open."""
+
+    __slots__ = ()
+
+
+KEEPALIVE = KeepAlive()
+KEEPALIVE_EVENT = b": keep-alive\n\n"
+
+Item = tuple[Delta | APIError | KeepAlive | None, bytes]
+"""What :func:`relay` yields: a delta and its bytes; a keep-alive and its comment; ``None`` and the closing
+bytes; or the fault and its SSE error event, last."""
 
 
 def relay(parts: Iterable[bytes], decoder: StreamDecoder, encoder: StreamEncoder) -> Iterator[Item]:
@@ -60,6 +74,10 @@ def relay(parts: Iterable[bytes], decoder: StreamDecoder, encoder: StreamEncoder
     splitter = LineSplitter()
     try:
         for part in parts:
+            if not part:  # SILENCE: the endpoint has said nothing for the keep-alive interval
+                sent = True
+                yield KEEPALIVE, KEEPALIVE_EVENT
+                continue
             for line in splitter.feed(part):
                 for delta, data in _deltas(line, decoder, encoder):
                     sent, finished = sent or bool(data), finished or bool(delta.finish_reason)

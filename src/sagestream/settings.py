@@ -261,6 +261,17 @@ SETTINGS: tuple[Setting, ...] = (
         value_doc=f"`0`, or a whole number ≥ {MIN_PAD_BYTES}",
     ),
     Setting(
+        "SSE_KEEPALIVE_S",
+        "number",
+        "after this long with nothing from the endpoint, write an SSE comment to the client, and again while it "
+        "stays silent, so that fronts which cut silent streams (CloudFront's 30 s origin read timeout, an "
+        "edge-optimized REST API's 30 s idle timeout) keep it open; `0` turns it off (see "
+        "[Keep-alives](#keep-alives))",
+        default=10.0,
+        field="sse_keepalive_s",
+        value_doc="seconds ≥ 0",
+    ),
+    Setting(
         "DEADLINE_MARGIN_MS",
         "whole",
         "stop reading this long before the Lambda deadline and end the stream (or the whole answer, with a 504) "

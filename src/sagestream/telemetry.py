@@ -17,7 +17,8 @@ invocation), ``method``, ``path``, ``status``, ``model``, ``endpoint``, ``dialec
 (the ``PrefixAwareId``, with prefix-aware routing), ``stream``,
 ``output_tokens``, ``ttft_ms``, ``upstream_ttfb_ms``, ``duration_ms``, ``itl_median_ms``, ``itl_max_ms``,
 ``finish_reason``, ``error_type``, ``error_code``, ``client_disconnected``, ``deadline_stop``,
-``cold_start``, ``noops`` (only when there were any: each request field or header accepted as a documented
+``cold_start``, ``keepalives`` (only when there were any: SSE comments written while the endpoint was
+silent), ``noops`` (only when there were any: each request field or header accepted as a documented
 no-op, by the client's name, with its count) and, with ``AUTH_MODE=iam``, ``caller`` (the signing IAM
 principal; with ``AUTH_MODE=jwt`` the
 token's ``sub``, and ``caller_client_id`` and ``caller_username`` where the token has them; never the token).
@@ -153,6 +154,8 @@ def invocation_fields(
         "relay_ms_p50": _round(relay.quantile(0.5)),
         "relay_ms_p99": _round(relay.quantile(0.99)),
     }
+    if record.keepalives:
+        fields["keepalives"] = record.keepalives
     if record.noops:
         fields["noops"] = dict(record.noops)  # what clients send that cannot change the answer, counted
     if config.auth_mode in ("iam", "jwt") and record.caller:

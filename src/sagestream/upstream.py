@@ -41,6 +41,8 @@ import json
 import logging
 import os
 import re
+import select
+import ssl
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextvars import ContextVar
@@ -61,7 +63,15 @@ from sagestream.errors import DEADLINE_EXCEEDED, MAX_MESSAGE_CHARS, APIError
 from sagestream.lines import LineTooLong, UndecodableLine
 from sagestream.routing import UpstreamIds
 
-__all__ = ["DeadlineReached", "PayloadParts", "error_from", "invoke", "make_client", "open_stream"]
+__all__ = [
+    "SILENCE",
+    "DeadlineReached",
+    "PayloadParts",
+    "error_from",
+    "invoke",
+    "make_client",
+    "open_stream",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +81,9 @@ _END_READ_BYTES = 1024
 _END_WAIT_S = 0.005
 # A retry needs at least this much time before the deadline to be worth asking for.
 _RETRY_FLOOR_S = 0.1
+# What PayloadParts yields when the endpoint has said nothing for the keep-alive interval: no PayloadPart is
+# empty (empty ones are skipped), so an empty part can only mean this.
+SILENCE = b""
 _GENERIC_500 = "The server could not call the model endpoint. The operator can find the reason in the function's log."
 
 
@@ -446,22 +459,38 @@ class _DeadlineReads:
 class PayloadParts(_DeadlineReads):
     """The ``PayloadPart`` bytes of one ``InvokeEndpointWithResponseStream`` answer, as they arrive.
 
-    Iterating yields each part's bytes once its frame is complete, before anything more is read.
-    Mid-stream failures (``ModelStreamError``, ``InternalStreamFailure``, a reset, a corrupt frame, a read
-    timeout) are raised as :class:`APIError`; the deadline (a :func:`time.monotonic` value) as
+    Iterating yields each part's bytes once its frame is complete, before anything more is read. With
+    ``keepalive_s``, it also yields :data:`SILENCE` each time the endpoint has sent nothing for that long, so
+    that the caller can keep a front that cuts silent streams from cutting this one (docs/configuration.md,
+    "Keep-alives"). Mid-stream failures (``ModelStreamError``, ``InternalStreamFailure``, a reset, a corrupt
+    frame, a read timeout) are raised as :class:`APIError`; the deadline (a :func:`time.monotonic` value) as
     :class:`DeadlineReached`: each read waits at most until then. ``close`` ends the HTTP connection, so the
     endpoint stops.
     """
 
-    def __init__(self, event_stream: Any, *, deadline: float | None = None, read_timeout_s: float = 60.0) -> None:
+    def __init__(
+        self,
+        event_stream: Any,
+        *,
+        deadline: float | None = None,
+        read_timeout_s: float = 60.0,
+        keepalive_s: float = 0.0,
+    ) -> None:
         super().__init__(event_stream, deadline=deadline, read_timeout_s=read_timeout_s)
         self._event_stream = event_stream
         self._closed = False
+        self._keepalive_s = keepalive_s
+        # What _silent watches, found on its first call: http.client's response under urllib3's, its buffered
+        # reader and a poll of the socket (the same for the whole stream).
+        self._watched: tuple[Any, Any, Any, select.poll] | None = None
 
     def __iter__(self) -> Iterator[bytes]:
         buffer = botocore.eventstream.EventStreamBuffer()
         try:
             while True:
+                if self._keepalive_s and self._silent(self._keepalive_s):
+                    yield SILENCE
+                    continue
                 self._bound_next_read()
                 try:
                     data = self._raw.read1(_READ_SIZE)
@@ -487,6 +516,43 @@ class PayloadParts(_DeadlineReads):
             if self._deadline is not None and time.monotonic() >= self._deadline:
                 raise DeadlineReached() from exc  # the read was cut by the deadline's own timeout
             raise error_from(exc) from exc
+
+    def _silent(self, wait_s: float) -> bool:
+        """Whether the endpoint sends nothing for ``wait_s``; nothing is read, and a wait never outlasts the deadline.
+
+        The socket's timeout cannot be the timer: a read that times out leaves Python's socket file unreadable
+        for good (``SocketIO`` refuses every read after a timeout). So the bytes already buffered above the
+        socket (http.client's reader, TLS) are peeked without blocking, and only when there are none does the
+        wait happen, in ``poll`` on the socket itself: a token that arrives ends it at once. The two bytes that
+        end a chunk of a chunked body (http.client reads them with the next chunk's size) are framing, not news.
+        """
+        if self._deadline is not None and self._deadline - time.monotonic() < wait_s:
+            return False  # the read's own deadline comes first; a keep-alive now would change nothing
+        watched = self._watched or self._watch()
+        if watched is None:
+            return False  # no socket to watch (the body is already read): read as without keep-alives
+        response, reader, sock, readable = watched
+        framing = 2 if response.chunked and response.chunk_left == 0 else 0
+        timeout = sock.gettimeout()
+        sock.settimeout(0.0)
+        try:
+            if len(reader.peek(1)) > framing:
+                return False
+        except (BlockingIOError, ssl.SSLWantReadError):
+            pass  # nothing buffered and nothing on the socket yet
+        finally:
+            sock.settimeout(timeout)
+        return not readable.poll(wait_s * 1000)
+
+    def _watch(self) -> tuple[Any, Any, Any, select.poll] | None:
+        response = getattr(self._raw, "_fp", None)  # http.client's response under urllib3's
+        sock, reader = self._socket(), getattr(response, "fp", None)
+        if sock is None or reader is None or not hasattr(reader, "peek"):
+            return None
+        readable = select.poll()
+        readable.register(sock, select.POLLIN)
+        self._watched = (response, reader, sock, readable)
+        return self._watched
 
     def close(self) -> None:
         if not self._closed:
@@ -538,14 +604,20 @@ def _check_deadline(deadline: float | None) -> None:
 
 
 def open_stream(
-    client: Any, config: Config, body: bytes, *, deadline: float | None = None, ids: UpstreamIds | None = None
+    client: Any,
+    config: Config,
+    body: bytes,
+    *,
+    deadline: float | None = None,
+    ids: UpstreamIds | None = None,
+    keepalive_s: float = 0.0,
 ) -> PayloadParts:
     """Start ``InvokeEndpointWithResponseStream``; errors before the stream are raised as :class:`APIError`.
 
     ``ids``: the ``InferenceId`` and ``PrefixAwareId`` the call carries (:mod:`sagestream.routing`).
 
     ``deadline`` (a :func:`time.monotonic` value) is when the answer must have ended; already past, the
-    endpoint is not called and the deadline's 504 is raised.
+    endpoint is not called and the deadline's 504 is raised. ``keepalive_s``: see :class:`PayloadParts`.
     """
     _check_deadline(deadline)
     token = _call_deadline.set(deadline)
@@ -556,4 +628,6 @@ def open_stream(
         raise error_from(DeadlineReached() if cut else exc) from exc
     finally:
         _call_deadline.reset(token)
-    return PayloadParts(response["Body"], deadline=deadline, read_timeout_s=config.read_timeout_s)
+    return PayloadParts(
+        response["Body"], deadline=deadline, read_timeout_s=config.read_timeout_s, keepalive_s=keepalive_s
+    )

@@ -6,7 +6,6 @@ every case: only the deadline can end these waits."""
 from __future__ import annotations
 
 import contextlib
-import os
 import socket
 import threading
 import time
@@ -74,17 +73,8 @@ class Endpoint:
 
 
 @pytest.fixture
-def client_for(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+def client_for(monkeypatch: pytest.MonkeyPatch, fake_aws: None) -> Iterator[Any]:
     endpoints: list[Endpoint] = []
-    for name, value in {
-        "AWS_ACCESS_KEY_ID": "AKIADEADLINETEST0000",
-        "AWS_SECRET_ACCESS_KEY": "not-a-secret",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_CONFIG_FILE": os.devnull,
-        "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
-        "AWS_EC2_METADATA_DISABLED": "true",
-    }.items():
-        monkeypatch.setenv(name, value)
 
     def make(behaviour: str, read_timeout_s: float = READ_TIMEOUT_S) -> tuple[Any, Endpoint, Config]:
         endpoint = Endpoint(behaviour)

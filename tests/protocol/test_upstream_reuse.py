@@ -6,7 +6,6 @@ paid a new TCP (on AWS, TCP and TLS) handshake before its first token.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -33,16 +32,8 @@ def counted() -> Iterator[tuple[SimulatedEndpoint, list[int]]]:
 
 
 @pytest.fixture
-def client(counted: tuple[SimulatedEndpoint, list[int]], monkeypatch: pytest.MonkeyPatch) -> Any:
-    for name, value in {
-        "AWS_ACCESS_KEY_ID": "AKIAREUSETEST0000000",
-        "AWS_SECRET_ACCESS_KEY": "not-a-secret",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_CONFIG_FILE": os.devnull,
-        "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
-        "AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME": counted[0].url,
-    }.items():
-        monkeypatch.setenv(name, value)
+def client(counted: tuple[SimulatedEndpoint, list[int]], monkeypatch: pytest.MonkeyPatch, fake_aws: None) -> Any:
+    monkeypatch.setenv("AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME", counted[0].url)
     return upstream.make_client(Config(endpoint_name="llm"))
 
 

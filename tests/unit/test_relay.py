@@ -12,9 +12,9 @@ import pytest
 from sagestream.dialects import DecodeError, Delta, stream_decoder
 from sagestream.errors import APIError
 from sagestream.lines import LineTooLong
-from sagestream.relay import relay
+from sagestream.relay import KEEPALIVE, KEEPALIVE_EVENT, relay
 from sagestream.sse import DONE, ChunkEncoder, error_event
-from sagestream.upstream import DeadlineReached
+from sagestream.upstream import SILENCE, DeadlineReached
 from tests.fakes import LMI, RECORDED, TGI, VLLM_CHAT, Recorded
 
 
@@ -122,6 +122,19 @@ def test_a_fault_after_the_first_bytes_is_the_last_item_and_no_done_follows() ->
     assert isinstance(err, APIError) and err.code == "model_stream_error"
     assert data == error_event(err)
     assert all(data != DONE for _, data in items)
+
+
+def test_the_endpoints_silence_is_a_keepalive_comment_and_starts_the_response() -> None:
+    def parts() -> Iterator[bytes]:
+        yield SILENCE
+        yield SILENCE
+        raise APIError.upstream(502, "The model failed while streaming: boom", code="model_stream_error")
+
+    items = list(relay(parts(), stream_decoder("openai"), encoder()))
+    assert items[:2] == [(KEEPALIVE, KEEPALIVE_EVENT)] * 2
+    # After a keep-alive the status is sent: the fault is the stream's error event, not a raised status.
+    err, data = items[-1]
+    assert isinstance(err, APIError) and data == error_event(err) and len(items) == 3
 
 
 def test_a_parser_fault_mid_stream_travels_as_its_error_event() -> None:

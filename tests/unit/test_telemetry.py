@@ -60,6 +60,13 @@ def test_the_no_op_fields_a_request_carried_are_counted_in_the_log_record() -> N
     assert fields["noops"] == {"client_metadata": 2, "anthropic-beta": 1}
 
 
+def test_keepalives_are_counted_in_the_log_record_when_there_were_any() -> None:
+    record = streamed()
+    assert "keepalives" not in invocation_fields(record, CONFIG, ended=10.5, cold_start=False)
+    record.keepalives = 3
+    assert invocation_fields(record, CONFIG, ended=10.5, cold_start=False)["keepalives"] == 3
+
+
 def test_payloads_and_the_caller_only_when_configured() -> None:
     record = StreamRecord(caller="arn:aws:iam::1:user/u", prompt="Hi", completion=["a", "b"])
     plain = invocation_fields(record, Config(endpoint_name="e", auth_mode="none"), ended=1.0, cold_start=False)
