@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import time
 from typing import Any
 
@@ -16,6 +17,22 @@ from sagestream.runtime import ClientDisconnected, LambdaContext, ResponseStream
 raise_at_import = os.environ.get("TEST_HANDLER_IMPORT_ERROR")
 if raise_at_import:
     raise RuntimeError(raise_at_import)
+
+# SnapStart: two hooks of each kind that note their names in this file, one of them failing when asked to.
+SNAPSTART_LOG = os.environ.get("TEST_SNAPSTART_LOG")
+if SNAPSTART_LOG:
+    from snapshot_restore_py import register_after_restore, register_before_snapshot
+
+    def _note(what: str) -> None:
+        if what == os.environ.get("TEST_SNAPSTART_FAIL"):
+            raise RuntimeError(f"the {what} hook failed")
+        with open(SNAPSTART_LOG, "a") as log:
+            log.write(what + "\n")
+
+    for number in (1, 2):
+        register_before_snapshot(_note, f"before-{number}")
+        register_after_restore(_note, f"after-{number}")
+    random.seed(42)  # the state a snapshot would carry into every environment restored from it
 
 
 def _spec(event: dict[str, Any]) -> dict[str, Any]:
@@ -111,3 +128,12 @@ def chosen(event: dict[str, Any], stream: ResponseStream, context: LambdaContext
     if name not in {"echo", "paced", "fails", "crashes"}:
         raise ValueError(f"no handler {name!r} to choose")
     globals()[name](event, stream, context)
+
+
+def snapstart_state(event: dict[str, Any], stream: ResponseStream, context: LambdaContext) -> None:
+    """Answers with what the SnapStart hooks noted, and the next number of Python's ``random``."""
+    assert SNAPSTART_LOG
+    with open(SNAPSTART_LOG) as log:
+        noted = log.read().split()
+    stream.start(200, {"content-type": "application/json"})
+    stream.write(json.dumps({"noted": noted, "random": random.random()}))

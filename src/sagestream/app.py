@@ -44,6 +44,8 @@ from functools import partial
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
+from snapshot_restore_py import register_after_restore
+
 from sagestream import dialects, routing, upstream
 from sagestream.apis import CHAT, COMPLETIONS, ClientAPI, Parsed
 from sagestream.auth import Authenticator, requires_key
@@ -584,7 +586,10 @@ def _timed(parts: Iterable[bytes], record: StreamRecord) -> Iterator[bytes]:
 
 def _build() -> App:
     config = Config.from_env()
-    return App(config, upstream.make_client(config))
+    app = App(config, upstream.make_client(config))
+    # SnapStart: connections made before the snapshot lead nowhere once restored (sagestream.runtime runs it).
+    register_after_restore(upstream.forget_connections, app.client)
+    return app
 
 
 handler = _build()

@@ -16,7 +16,17 @@ this module speaks it directly, as the published Runtime API describes it:
   reading) cannot end cleanly, so its connection is aborted (a reset), which ends the invocation at once; the
   loop then goes back to ``/next`` with the execution environment intact;
 - ``POST /2018-06-01/runtime/invocation/{id}/error`` for a failure before anything was written;
-- ``POST /2018-06-01/runtime/init/error`` when the handler cannot be loaded, and the process exits.
+- ``POST /2018-06-01/runtime/init/error`` when the handler cannot be loaded, and the process exits;
+- with SnapStart (``AWS_LAMBDA_INITIALIZATION_TYPE=snap-start``), after init: the before-snapshot hooks,
+  ``GET /2018-06-01/runtime/restore/next`` (Lambda snapshots the environment while it waits and answers
+  it in each environment restored from the snapshot), then the after-restore hooks, and only then
+  ``/next``; a hook that fails is reported (``/init/error`` before the snapshot, ``/restore/error`` after a
+  restore) and the process exits. The hooks are those registered with AWS's own ``snapshot_restore_py``
+  (``register_before_snapshot`` / ``register_after_restore``), as in Lambda's managed Python runtime:
+  before-snapshot hooks run last-registered first, after-restore hooks in the order registered. Before
+  the after-restore hooks the runtime runs one of its own: Python's ``random`` reseeded from the OS, since
+  every environment restored from one snapshot would otherwise draw the same numbers (``uuid4`` and
+  ``secrets`` read the OS afresh each time and need nothing).
 
 It knows nothing of SageMaker: the handler is ``handler(event, stream, context)``.
 
@@ -29,7 +39,8 @@ stream, an early error status does (logged), and EOF or a reset is the caller go
 
 Environment variables read: ``AWS_LAMBDA_RUNTIME_API`` (``host:port``, or a URL with a path prefix),
 ``_HANDLER`` (``module.function``,
-default ``sagestream.app.handler``), and for the context ``AWS_LAMBDA_FUNCTION_NAME``,
+default ``sagestream.app.handler``), ``AWS_LAMBDA_INITIALIZATION_TYPE`` (``snap-start``: see above), and for
+the context ``AWS_LAMBDA_FUNCTION_NAME``,
 ``AWS_LAMBDA_FUNCTION_VERSION``, ``AWS_LAMBDA_FUNCTION_MEMORY_SIZE``, ``AWS_LAMBDA_LOG_GROUP_NAME``,
 ``AWS_LAMBDA_LOG_STREAM_NAME``, and ``AWS_LAMBDA_MAX_CONCURRENCY`` (see below). Each invocation's trace
 header is :func:`trace_id`; with one invocation at a time it is also ``_X_AMZN_TRACE_ID``, as Lambda sets it.
@@ -61,6 +72,7 @@ import http.client
 import importlib
 import json
 import os
+import random
 import select
 import signal
 import socket
@@ -80,6 +92,9 @@ from sagestream.function_url import CONTENT_TYPE, SEPARATOR, encode_prelude, med
 
 API_VERSION = "2018-06-01"
 DEFAULT_HANDLER = "sagestream.app.handler"
+# The error types of a failed SnapStart hook, as Lambda's managed runtimes report them.
+SNAPSHOT_ERROR = "Runtime.BeforeSnapshotError"
+RESTORE_ERROR = "Runtime.AfterRestoreError"
 # A Lambda-Runtime-Deadline-Ms below this (2001-09-09 in epoch ms) cannot be an epoch time: it is a duration
 # from now, as cargo-lambda sends (its timeout, 600000). Real Lambda always sends an epoch time.
 _EPOCH_MS_FLOOR = 1_000_000_000_000
@@ -383,6 +398,22 @@ class RuntimeAPIClient:
 
     def post_init_error(self, exc: BaseException, error_type: str) -> int:
         return self._post(self.path("init/error"), _error_payload(exc, error_type), error_type)
+
+    def restore_next(self) -> None:
+        """``GET /restore/next``: init is done; it returns in an environment restored from the snapshot."""
+        conn = self._connect(timeout=None)  # Lambda answers when it restores: hours or weeks later, or never
+        try:
+            conn.request("GET", self.path("restore/next"))
+            answer = conn.getresponse()
+            said = answer.read()
+        finally:
+            conn.close()  # a connection from before the snapshot is no use after a restore
+        if answer.status != 200:
+            raise RuntimeError(f"/restore/next answered {answer.status}: {said[:200]!r}")
+
+    def post_restore_error(self, exc: BaseException) -> int:
+        payload = _error_payload(exc, RESTORE_ERROR)
+        return self._post(self.path("restore/error"), payload, RESTORE_ERROR)
 
     def response_stream(self, request_id: str, deadline_ms: int | None = None) -> StreamingResponse:
         return StreamingResponse(self, request_id, deadline_ms)
@@ -710,6 +741,33 @@ def _wake_only(signum: int, frame: Any) -> None:
     """Does nothing: the wake-up pipe carries the signal to the main thread."""
 
 
+def snapshot_and_restore(client: RuntimeAPIClient) -> bool:
+    """SnapStart's part of init: the before-snapshot hooks, the wait for a restore, the after-restore hooks.
+
+    Returns whether the environment may serve; a hook that failed has been reported (and logged).
+    """
+    import snapshot_restore_py  # AWS's registry of hooks; only a SnapStart environment loads it here
+
+    before: list[Any] = snapshot_restore_py.get_before_snapshot()  # (hook, args, kwargs), as registered
+    after: list[Any] = [(random.seed, (), {}), *snapshot_restore_py.get_after_restore()]
+    try:
+        for hook, args, kwargs in reversed(before):
+            hook(*args, **kwargs)
+    except Exception as exc:
+        log("ERROR", f"a before-snapshot hook failed: {SNAPSHOT_ERROR}", exc=exc)
+        client.post_init_error(exc, SNAPSHOT_ERROR)
+        return False
+    client.restore_next()
+    try:
+        for hook, args, kwargs in after:
+            hook(*args, **kwargs)
+    except Exception as exc:
+        log("ERROR", f"an after-restore hook failed: {RESTORE_ERROR}", exc=exc)
+        client.post_restore_error(exc)
+        return False
+    return True
+
+
 def main() -> int:
     address = os.environ["AWS_LAMBDA_RUNTIME_API"]
     client = RuntimeAPIClient(address)
@@ -723,6 +781,8 @@ def main() -> int:
             kind = "Runtime.HandlerNotFound"
         log("ERROR", f"init failed: {kind}", exc=exc)
         client.post_init_error(exc, kind)
+        return 1
+    if os.environ.get("AWS_LAMBDA_INITIALIZATION_TYPE") == "snap-start" and not snapshot_and_restore(client):
         return 1
     if count > 1:
         os.environ.pop(_TRACE_ENV, None)  # see invoke: no invocation's trace header is the process's

@@ -68,6 +68,7 @@ __all__ = [
     "DeadlineReached",
     "PayloadParts",
     "error_from",
+    "forget_connections",
     "invoke",
     "make_client",
     "open_stream",
@@ -335,6 +336,17 @@ def make_client(config: Config) -> Any:
     )
     client.meta.events.register_first("needs-retry.sagemaker-runtime", _no_retry_past_deadline)
     return client
+
+
+def forget_connections(client: Any) -> None:
+    """Close the client's pooled connections, so that its next call opens a fresh one.
+
+    A SnapStart after-restore hook (registered by :mod:`sagestream.app`): a connection kept from before the
+    snapshot leads nowhere in a restored environment, and botocore would find that out by failing a call and
+    retrying it. Credentials need nothing: botocore refreshes expiring ones (SnapStart's come from the
+    container credentials endpoint, and expire) before it signs.
+    """
+    client._endpoint.http_session.close()  # botocore's URLLib3Session: clears its urllib3 pools
 
 
 # The deadline (a time.monotonic() value) of the call this thread or task is making, for the client's hooks.

@@ -13,6 +13,13 @@ has died is never given an event. A runtime that aborts its
 ``/response`` (a reset: it gave up on a client that stopped reading) ends that invocation at once
 (``Runtime.ResponseAborted``) and keeps its environment, as Lambda does.
 
+SnapStart (a runtime started with ``AWS_LAMBDA_INITIALIZATION_TYPE=snap-start``): its ``GET
+/restore/next`` ends its init; the environment is then "snapshotted" and waits, as a published version's
+snapshot does, until an invocation needs it, when it is "restored": the pool's ``on_restore`` runs (a test
+makes the network of a restored environment there), ``/restore/next`` is answered, and the runtime's
+after-restore hooks run before its first ``/next``. A failed hook's ``/restore/error`` fails the waiting
+invocations as an init error does.
+
 A response streams straight through: the Runtime API thread that reads a chunk from the runtime's
 ``/response`` body hands it to the invocation's :class:`Sink` in the same thread, which writes it to
 the HTTP client at once. Nothing here waits for more bytes.
@@ -187,10 +194,16 @@ class _RuntimeAPIHandler(NoDelayHandler):
         return self.rfile.read(length) if length else b""
 
     def do_GET(self) -> None:
+        env = self.server.environment
+        if self.path == f"{API}/restore/next":
+            if env.restore_when_needed(self.connection):
+                self._answer(200)
+            else:
+                self.close_connection = True
+            return
         if self.path != f"{API}/invocation/next":
             self._answer(404, b'{"errorMessage":"not found"}')
             return
-        env = self.server.environment
         inv = env.next_invocation(self.connection)
         if inv is None:  # shutting down, or this /next came from a process that has since died
             self.close_connection = True
@@ -211,7 +224,7 @@ class _RuntimeAPIHandler(NoDelayHandler):
 
     def do_POST(self) -> None:
         env = self.server.environment
-        if self.path == f"{API}/init/error":
+        if self.path in (f"{API}/init/error", f"{API}/restore/error"):
             env.init_error(
                 json.loads(self._read_body() or b"{}"), self.headers.get("Lambda-Runtime-Function-Error-Type")
             )
@@ -353,6 +366,8 @@ class ExecutionEnvironment:
         self.last_error: FunctionError | None = None
         self.last_response_headers: dict[str, str] = {}
         self.exit_codes: list[int] = []
+        self.snapshots = 0  # SnapStart: inits that ended in /restore/next
+        self.restores = 0  # and the restores that answered it
         self._stopping = False
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
@@ -433,6 +448,24 @@ class ExecutionEnvironment:
         self.init_errors += 1
         self.last_init_error = {"errorType": error_type, **payload}
         print(f"sagestream_local: init error in runtime {self.number}: {payload}", file=sys.stderr)
+
+    def restore_when_needed(self, connection: socket.socket) -> bool:
+        """``/restore/next``: the snapshot is taken now; the restore comes when an invocation waits for this
+        environment (False: the pool stopped, or the process died, first)."""
+        with self._changed:
+            generation = self.generation
+            self.snapshots += 1
+            while not self._stopping and generation == self.generation and not self._waiting:
+                self._changed.wait(0.5)
+                if _peer_closed(connection):
+                    return False
+            if self._stopping or generation != self.generation:
+                return False
+        if self.pool.on_restore is not None:
+            self.pool.on_restore(self)
+        with self._changed:
+            self.restores += 1
+        return True
 
     def next_invocation(self, connection: socket.socket) -> Invocation | None:
         """The next event for the process on ``connection``; None once that process is gone (or on stop)."""
@@ -518,12 +551,14 @@ class Pool:
         region: str = "us-east-1",
         stdout: int | IO[Any] | None = None,
         max_concurrency: int = 1,
+        on_restore: Callable[[ExecutionEnvironment], None] | None = None,
     ) -> None:
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency must be at least 1, not {max_concurrency}")
         self.size = size
         self.max_concurrency = max_concurrency
         self.stdout = stdout  # where the runtime processes' stdout goes (their logs, EMF); None: inherited
+        self.on_restore = on_restore  # SnapStart: what happens to an environment as it is restored
         self.timeout_s = timeout_s
         self.function_name = function_name
         self.region = region
