@@ -1,0 +1,64 @@
+"""DynamoDB on a laptop: moto's server mode on loopback, with the table the template makes for stored responses.
+
+``make run`` keeps the Responses API's stored responses here, so that ``previous_response_id`` works with no
+AWS account; the function reaches it as it would the real service, over HTTP through botocore, pointed at it
+by ``AWS_ENDPOINT_URL_DYNAMODB``. Nothing is kept across runs.
+
+Example::
+
+    >>> with LocalDynamoDB() as db:                     # doctest: +SKIP
+    ...     env = db.function_env()                     # RESPONSES_STORE, RESPONSES_TABLE, the endpoint URL
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+TABLE = "sagestream-responses"
+_CREDENTIALS = {"aws_access_key_id": "local", "aws_secret_access_key": "local"}  # moto checks nothing
+
+
+class LocalDynamoDB:
+    """moto's DynamoDB on 127.0.0.1 (a free port), and the responses table in it."""
+
+    def __init__(self, table: str = TABLE, region: str = "us-east-1") -> None:
+        from moto.server import ThreadedMotoServer
+
+        self.table = table
+        self.region = region
+        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        self.url = ""
+
+    def start(self) -> LocalDynamoDB:
+        self._server.start()
+        host, port = self._server.get_host_and_port()
+        self.url = f"http://{host}:{port}"
+        self.client().create_table(
+            TableName=self.table,
+            KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}, {"AttributeName": "part", "KeyType": "RANGE"}],
+            AttributeDefinitions=[
+                {"AttributeName": "id", "AttributeType": "S"},
+                {"AttributeName": "part", "AttributeType": "N"},
+            ],
+            BillingMode="PAY_PER_REQUEST",
+        )
+        return self
+
+    def client(self) -> Any:
+        import botocore.session
+
+        session = botocore.session.get_session()
+        return session.create_client("dynamodb", region_name=self.region, endpoint_url=self.url, **_CREDENTIALS)
+
+    def function_env(self) -> dict[str, str]:
+        """What the function needs to keep its responses here."""
+        return {"RESPONSES_STORE": "dynamodb", "RESPONSES_TABLE": self.table, "AWS_ENDPOINT_URL_DYNAMODB": self.url}
+
+    def stop(self) -> None:
+        self._server.stop()
+
+    def __enter__(self) -> LocalDynamoDB:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
