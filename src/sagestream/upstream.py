@@ -449,14 +449,19 @@ class _DeadlineReads:
                 self._body.close()  # half read: the connection cannot go back to the pool
             raise
 
-    def _bound_next_read(self) -> None:
-        """Raise :class:`DeadlineReached` if it has come; else let the next read wait only until it."""
-        if self._deadline is None:
+    def _bound_next_read(self, heard: float | None = None) -> None:
+        """Raise :class:`DeadlineReached` if it has come; else let the next read wait only until it, and (with
+        ``heard``, when the endpoint last sent something) only until the read timeout after that."""
+        if self._deadline is None and heard is None:
             return
-        left = self._deadline - time.monotonic()
+        now = time.monotonic()
+        left = self._deadline - now if self._deadline is not None else self._read_timeout_s
         if left <= 0:
             raise DeadlineReached()
         timeout = min(self._read_timeout_s, left)
+        if heard is not None:
+            # Keep-alives waited part of the read timeout already; what is left of it (never 0: non-blocking).
+            timeout = min(timeout, max(0.001, heard + self._read_timeout_s - now))
         if timeout == self._timeout_set:
             return  # the read timeout, until the deadline is nearer than that: set once, not per read
         sock = self._socket()
@@ -498,16 +503,22 @@ class PayloadParts(_DeadlineReads):
 
     def __iter__(self) -> Iterator[bytes]:
         buffer = botocore.eventstream.EventStreamBuffer()
+        heard = time.monotonic()  # when the endpoint last sent something: keep-alives count toward the read timeout
         try:
             while True:
-                if self._keepalive_s and self._silent(self._keepalive_s):
-                    yield SILENCE
-                    continue
-                self._bound_next_read()
+                if self._keepalive_s:
+                    if heard + self._read_timeout_s - time.monotonic() > self._keepalive_s and self._silent(
+                        self._keepalive_s
+                    ):
+                        yield SILENCE
+                        continue
+                    self._bound_next_read(heard)
+                else:
+                    self._bound_next_read()
                 try:
                     data = self._raw.read1(_READ_SIZE)
                 finally:
-                    self.read_at = time.monotonic()
+                    self.read_at = heard = time.monotonic()
                 if not data:
                     return
                 buffer.add_data(data)

@@ -17,6 +17,7 @@ import pytest
 
 from sagestream import upstream
 from sagestream.config import Config
+from sagestream.errors import APIError
 from sagestream_local.endpoint import payload_part_frame
 
 KEEPALIVE_S = 0.2
@@ -124,3 +125,22 @@ def test_a_silence_inside_a_frame_or_a_chunk_size_line_leaves_the_stream_intact(
 def test_without_keepalive_nothing_but_parts_is_yielded(stream_of: Any) -> None:
     parts = stream_of([(0.6, chunk(payload_part_frame(b"late")))], keepalive_s=0.0)
     assert parts == [b"late"]
+
+
+def test_keepalives_do_not_stretch_the_read_timeout(monkeypatch: pytest.MonkeyPatch, fake_aws: None) -> None:
+    endpoint = ScriptedEndpoint([(0.0, chunk(payload_part_frame(b"one"))), (5.0, chunk(payload_part_frame(b"late")))])
+    monkeypatch.setenv("AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME", endpoint.url)
+    config = Config(endpoint_name="e", read_timeout_s=1.0, max_attempts=1)
+    parts: list[bytes] = []
+    started = time.monotonic()
+    try:
+        stream = upstream.open_stream(
+            upstream.make_client(config), config, b"{}", deadline=started + 30, keepalive_s=KEEPALIVE_S
+        )
+        with pytest.raises(APIError) as raised, stream:
+            parts.extend(stream)
+    finally:
+        endpoint.close()
+    elapsed = time.monotonic() - started
+    assert raised.value.code == "upstream_timeout" and 0.9 < elapsed < 3.0, elapsed
+    assert parts[0] == b"one" and 2 <= parts.count(upstream.SILENCE) <= 5
