@@ -15,13 +15,20 @@ it does for chat completions:
   ``any`` (→ ``required``), ``tool`` (→ the named function), ``none``; ``disable_parallel_tool_use`` →
   ``parallel_tool_calls: false``;
 - ``stop_sequences`` → ``stop``; ``metadata.user_id`` → ``user``; ``output_config.effort`` →
-  ``reasoning_effort``; ``output_config.format`` → ``response_format`` (``json_schema``, strict);
+  ``reasoning_effort`` (both on the openai dialect; a prompt container has neither, and they are no-ops
+  there); ``context_management`` edits of type ``clear_thinking_20251015`` → the older turns' thinking left
+  out of the prompt (other edits are refused by name); ``max_tokens`` past ``MAX_TOKENS_LIMIT`` → the limit
+  (Anthropic's ``max_tokens`` is a ceiling: Claude Code asks 32000); ``thinking.display: "omitted"`` → no
+  thinking blocks in the answer; ``output_config.format`` → ``response_format`` (``json_schema``, strict);
   ``top_k`` → the vendor field ``top_k`` when ``EXTRA_REQUEST_FIELDS`` lists it; ``thinking``
   ``enabled`` → vLLM's ``thinking_token_budget`` when ``EXTRA_REQUEST_FIELDS`` lists it (openai dialect);
 - hints the containers follow on their own are accepted and send nothing: ``cache_control`` (vLLM and
   SGLang cache prefixes themselves), ``service_tier`` (there is one tier), ``speed: "standard"``,
   ``thinking`` ``adaptive`` / ``disabled`` (a reasoning container thinks as it is deployed to; its thoughts
-  arrive as ``thinking`` blocks);
+  arrive as ``thinking`` blocks), ``thinking.display`` ``summarized`` / ``updates`` (the thoughts come whole),
+  tools' ``defer_loading`` (no tool search: every tool is offered), any ``anthropic-beta`` (a beta names
+  features; a body field that uses one is honoured or refused by its own name); each counted in the log
+  record's ``noops``;
 - everything else the SDK can send is refused by name: server tools, ``container``, ``diagnostics``,
   ``inference_geo``, ``user_profile_id``, ``workspace_id``, ``speed: "fast"``, ``redacted_thinking`` and the
   other block types, a last ``assistant`` turn (prefill: a chat template starts a new turn after it).
@@ -33,9 +40,10 @@ A refusal of the dialects (``'user' is not supported ...``) names the field as t
 The stream is Anthropic's events, written as the deltas arrive: ``message_start`` with the first delta,
 then per content block ``content_block_start``, its deltas (``text_delta``, ``thinking_delta``,
 ``input_json_delta`` with each argument fragment as the container sent it) and ``content_block_stop``;
-``message_delta`` (``stop_reason``, usage) and ``message_stop`` at the end. Usage the container did not
-report is ``null``, never 0 (``input_tokens`` is ``null`` in ``message_start``: no container reports it
-before its first token; ``message_delta`` carries it when known). A deadline cut ends the message as
+``message_delta`` (``stop_reason``, usage) and ``message_stop`` at the end. Usage counts are integers, as
+Anthropic's types declare them: ``message_start`` goes out with the first delta, before any container has
+counted the prompt, so its ``input_tokens`` is 0 and ``message_delta`` carries the container's count when it
+reports one (an output count not reported is 0). A deadline cut ends the message as
 ``max_tokens`` does, ``message_stop`` included (the log record notes the deadline stop); any other fault
 after the first byte is one ``event: error`` and no ``message_stop``.
 
@@ -80,9 +88,6 @@ if TYPE_CHECKING:
 
 __all__ = ["MESSAGES", "MessagesAPI", "MessagesEncoder", "message_json"]
 
-# anthropic-beta values whose behaviour the relay has anyway: tool input streamed fragment by fragment as
-# the container writes it; thinking between tool calls, in the order the container sends it.
-HONOURED_BETAS = frozenset({"fine-grained-tool-streaming-2025-05-14", "interleaved-thinking-2025-05-14"})
 # Headers the SDK sends for its own parameters, which choose things this function does not have.
 REFUSED_HEADERS = {
     "anthropic-workspace-id": "there are no workspaces here (the deployment is the workspace)",
@@ -118,15 +123,9 @@ class MessagesAPI:
         for name, reason in REFUSED_HEADERS.items():
             if headers.get(name):
                 raise APIError.invalid_request(f"'{name}' is not supported by this endpoint: {reason}.", param=name)
-        betas = [b.strip() for b in headers.get("anthropic-beta", "").split(",") if b.strip()]
-        for beta in betas:
-            if beta not in HONOURED_BETAS:
-                raise APIError.invalid_request(
-                    f"anthropic-beta: '{beta}' cannot be honoured by this endpoint; it honours "
-                    f"{', '.join(sorted(HONOURED_BETAS))}.",
-                    param="anthropic-beta",
-                )
-        return ()
+        # A beta only names features: one the body uses is honoured or refused by that body field's name
+        # (messages_request), one it does not use changes nothing. Any value is accepted, and counted.
+        return ("anthropic-beta",) if headers.get("anthropic-beta", "").strip() else ()
 
     def parse(self, raw: bytes, cfg: Config) -> Parsed:
         from sagestream import messages_request  # on first use: see its docstring
@@ -140,16 +139,29 @@ class MessagesAPI:
         return messages_request.parse(messages_request.count_body(raw), cfg, counting=True)
 
     def encoder(self, parsed: Parsed, cfg: Config) -> MessagesEncoder:
-        return MessagesEncoder(model=cfg.model_id, stop_sequences=_stops(parsed), pad_bytes=cfg.sse_pad_bytes)
+        return MessagesEncoder(
+            model=cfg.model_id,
+            stop_sequences=_stops(parsed),
+            pad_bytes=cfg.sse_pad_bytes,
+            show_thinking=_show_thinking(parsed),
+        )
 
     def whole(self, answer: Delta, parsed: Parsed, cfg: Config) -> bytes:
-        return message_json(answer, model=cfg.model_id, stop_sequences=_stops(parsed))
+        return message_json(
+            answer, model=cfg.model_id, stop_sequences=_stops(parsed), show_thinking=_show_thinking(parsed)
+        )
 
     def error_body(self, err: APIError) -> bytes:
         return _dumps(error_object(err))
 
 
 MESSAGES = MessagesAPI()
+
+
+def _show_thinking(parsed: Parsed) -> bool:
+    """False when the client asked for its thoughts to be left out (``thinking.display: "omitted"``)."""
+    thinking = getattr(parsed.original, "thinking", None)
+    return not (isinstance(thinking, dict) and thinking.get("display") == "omitted")
 
 
 def _stops(parsed: Parsed) -> tuple[str, ...]:
@@ -201,10 +213,12 @@ def _stop_reason(
 
 
 def _usage(usage: Usage | None) -> dict[str, Any]:
-    """Anthropic's usage: what the container counted; a count it did not give is null, never 0."""
+    """Anthropic's usage, whose two counts its types declare integers (strict clients, the Vercel provider among
+    them, refuse a null): what the container counted, 0 for a count it has not given (yet: message_start goes
+    out before vLLM reports the prompt's count, which message_delta then carries)."""
     if usage is None:
-        return {"input_tokens": None, "output_tokens": None}
-    return {"input_tokens": usage.prompt_tokens, "output_tokens": usage.completion_tokens}
+        return {"input_tokens": 0, "output_tokens": 0}
+    return {"input_tokens": usage.prompt_tokens or 0, "output_tokens": usage.completion_tokens}
 
 
 Block = Literal["text", "thinking", "tool_use"]
@@ -214,13 +228,20 @@ class MessagesEncoder:
     """The events of one streamed message (see the module docstring for their order)."""
 
     def __init__(
-        self, *, model: str, stop_sequences: tuple[str, ...] = (), pad_bytes: int = 0, id: str | None = None
+        self,
+        *,
+        model: str,
+        stop_sequences: tuple[str, ...] = (),
+        pad_bytes: int = 0,
+        id: str | None = None,
+        show_thinking: bool = True,
     ) -> None:
         if pad_bytes and pad_bytes < MIN_PAD_BYTES:
             raise ValueError(f"pad_bytes must be 0 or at least {MIN_PAD_BYTES}")
         # SSE_PAD_BYTES as on the OpenAI routes: a comment after each delta's events, which the SDKs skip.
         self._padding = b":" + b" " * (pad_bytes - 3) + b"\n\n" if pad_bytes else b""
         self.model = model
+        self.show_thinking = show_thinking  # thinking.display "omitted": the thoughts are left out
         self.id = id if id is not None else _new_id()
         self.stops = stop_sequences
         self._tail_chars = max((len(s) for s in stop_sequences), default=0)
@@ -270,11 +291,11 @@ class MessagesEncoder:
                 "content": [],
                 "stop_reason": None,
                 "stop_sequence": None,
-                "usage": {"input_tokens": None, "output_tokens": 0},
+                "usage": {"input_tokens": 0, "output_tokens": 0},  # counts come in message_delta
             }
             out.append(_event("message_start", {"type": "message_start", "message": message}))
         thought = delta.reasoning_content if delta.reasoning_content is not None else delta.reasoning
-        if thought:
+        if thought and self.show_thinking:
             self._open(out, "thinking", {"type": "thinking", "thinking": "", "signature": ""})
             out.append(self._delta({"type": "thinking_delta", "thinking": thought}))
         text = delta.content + (delta.refusal or "")
@@ -337,8 +358,8 @@ class MessagesEncoder:
         self._close(out)
         reason, sequence = _stop_reason(self.finish_reason, self.tail, self.stops, self.refused)
         usage = _usage(self.usage)
-        if usage["input_tokens"] is None:
-            del usage["input_tokens"]  # message_start's null stands
+        if self.usage is None or self.usage.prompt_tokens is None:
+            del usage["input_tokens"]  # never counted: message_start's 0 stands (Anthropic's delta may omit it)
         out.append(
             _event(
                 "message_delta",
@@ -356,11 +377,18 @@ class MessagesEncoder:
         return _event("error", error_object(err))
 
 
-def message_json(answer: Delta, *, model: str, stop_sequences: tuple[str, ...] = (), id: str | None = None) -> bytes:
+def message_json(
+    answer: Delta,
+    *,
+    model: str,
+    stop_sequences: tuple[str, ...] = (),
+    id: str | None = None,
+    show_thinking: bool = True,
+) -> bytes:
     """The whole ``message`` object for a whole answer: the same content blocks as the stream's."""
     content: list[dict[str, Any]] = []
     thought = answer.reasoning_content if answer.reasoning_content is not None else answer.reasoning
-    if thought:
+    if thought and show_thinking:
         content.append({"type": "thinking", "thinking": thought, "signature": ""})
     text = answer.content + (answer.refusal or "")
     if text:

@@ -84,6 +84,7 @@ class MessagesRequest(StrictModel):
     cache_control: CacheControl | None = None
     service_tier: Literal["auto", "standard_only"] | None = None
     speed: Literal["standard", "fast"] | None = None
+    context_management: dict[str, Any] | None = None
     container: Any = None
     diagnostics: Any = None
     inference_geo: str | None = None
@@ -201,7 +202,25 @@ class ToolChoice(StrictModel):
 class Thinking(StrictModel):
     type: Literal["enabled", "disabled", "adaptive", "between_tools"]
     budget_tokens: Annotated[int, Field(ge=1024)] | None = None
-    display: Literal["summarized", "omitted"] | None = None
+    # summarized and updates: display choices a container has no switch for; the thoughts are streamed whole
+    # as the container writes them (a documented no-op). omitted: honoured, the thoughts are left out.
+    display: Literal["summarized", "omitted", "updates"] | None = None
+
+
+class _KeepTurns(StrictModel):
+    type: Literal["thinking_turns"]
+    value: Annotated[int, Field(ge=0)]
+
+
+class _KeepAll(StrictModel):
+    type: Literal["all"]
+
+
+class ClearThinking(StrictModel):
+    """``context_management.edits[]`` of type ``clear_thinking_20251015``: older turns' thinking removed."""
+
+    type: Literal["clear_thinking_20251015"]
+    keep: Annotated[_KeepTurns | _KeepAll, Field(discriminator="type")] | Literal["all"] | None = None
 
 
 # --- errors ---------------------------------------------------------------------------------------------
@@ -418,7 +437,7 @@ def _messages(request: MessagesRequest, out: _Translation) -> None:
         _refuse(last, "a last assistant turn asks to continue it (prefill); a chat template starts a new turn")
 
 
-def _tools(request: MessagesRequest) -> list[dict[str, Any]]:
+def _tools(request: MessagesRequest, noops: list[str]) -> list[dict[str, Any]]:
     tools = []
     for n, raw in enumerate(request.tools or []):
         path = f"tools.{n}"
@@ -430,7 +449,9 @@ def _tools(request: MessagesRequest) -> list[dict[str, Any]]:
         if tool.allowed_callers is not None and tool.allowed_callers != ["direct"]:
             _refuse(f"{path}.allowed_callers", "there is no code execution here to call tools")
         if tool.defer_loading:
-            _refuse(f"{path}.defer_loading", "there is no tool search here: every tool is in the prompt")
+            noops.append("tools.defer_loading")  # no tool search here: every tool is offered to the model
+        if tool.cache_control is not None:
+            noops.append("tools.cache_control")
         if tool.eager_input_streaming is False:
             _refuse(f"{path}.eager_input_streaming", "tool input is always streamed as the container writes it")
         if tool.input_examples:
@@ -460,15 +481,17 @@ def _tool_choice(request: MessagesRequest, body: dict[str, Any]) -> None:
         body["parallel_tool_calls"] = False
 
 
-def _thinking(request: MessagesRequest, cfg: Config, body: dict[str, Any], *, counting: bool) -> None:
+def _thinking(request: MessagesRequest, cfg: Config, body: dict[str, Any], noops: list[str], *, counting: bool) -> None:
     if request.thinking is None:
         return
     thinking = _validated(Thinking, request.thinking, "thinking")
-    if thinking.display == "omitted":
-        _refuse("thinking.display", "the container's thoughts are sent as it writes them")
+    if thinking.display in ("summarized", "updates"):
+        noops.append("thinking.display")  # the thoughts are streamed whole, as the container writes them
     if thinking.type == "between_tools":
         _refuse("thinking.type", "'between_tools' thinking cannot be asked of a model container")
     if thinking.type != "enabled":
+        if thinking.type == "adaptive":
+            noops.append("thinking.type")  # the model decides how much to think: the container's default
         return  # adaptive, disabled: the container thinks as it is deployed to
     if thinking.budget_tokens is None:
         raise APIError.invalid_request("thinking.budget_tokens: Field required", param="thinking.budget_tokens")
@@ -486,19 +509,85 @@ def _thinking(request: MessagesRequest, cfg: Config, body: dict[str, Any], *, co
     body["thinking_token_budget"] = thinking.budget_tokens
 
 
+def _clear_thinking(request: MessagesRequest) -> MessagesRequest:
+    """``request`` with its ``context_management`` edits applied to its turns (the one kind the relay can do
+    exactly: ``clear_thinking_20251015``, the thinking of all but the last ``keep`` assistant turns that have
+    some removed, 1 by default as Anthropic's); any other edit is refused by name."""
+    if request.context_management is None:
+        return request
+    extra = set(request.context_management) - {"edits"}
+    if extra:
+        name = f"context_management.{sorted(extra)[0]}"
+        raise APIError.invalid_request(f"{name}: Extra inputs are not permitted", param=name)
+    edits = request.context_management.get("edits") or []
+    if not isinstance(edits, list):
+        raise APIError.invalid_request(
+            "context_management.edits: Input should be a list", param="context_management.edits"
+        )
+    messages = request.messages
+    for n, raw in enumerate(edits):
+        path = f"context_management.edits.{n}"
+        if not isinstance(raw, dict) or raw.get("type") != "clear_thinking_20251015":
+            kind = raw.get("type") if isinstance(raw, dict) else None
+            _refuse(
+                path,
+                f"'{kind}' edits change the prompt in ways the relay does not reproduce; only "
+                "clear_thinking_20251015 is applied here",
+            )
+        edit = _validated(ClearThinking, raw, path)
+        keep = edit.keep
+        if keep == "all" or isinstance(keep, _KeepAll):
+            continue
+        count = 1 if keep is None else keep.value
+        thinking_turns = [
+            i
+            for i, m in enumerate(messages)
+            if isinstance(m, dict)
+            and m.get("role") == "assistant"
+            and isinstance(m.get("content"), list)
+            and any(isinstance(b, dict) and b.get("type") == "thinking" for b in m["content"])
+        ]
+        cleared = set(thinking_turns[: max(0, len(thinking_turns) - count)])
+        messages = [
+            {**m, "content": [b for b in m["content"] if not (isinstance(b, dict) and b.get("type") == "thinking")]}
+            if i in cleared
+            else m
+            for i, m in enumerate(messages)
+        ]
+    return request.model_copy(update={"messages": messages})
+
+
+def _cache_hints(request: MessagesRequest) -> int:
+    """How many ``cache_control`` hints the request carries (a no-op: no prompt cache is kept here)."""
+    count = int(request.cache_control is not None)
+    blocks = [*(request.system if isinstance(request.system, list) else [])]
+    for message in request.messages:
+        if isinstance(message, dict) and isinstance(message.get("content"), list):
+            blocks += message["content"]
+    return count + sum(1 for b in blocks if isinstance(b, dict) and b.get("cache_control") is not None)
+
+
 def translate(
     request: MessagesRequest, cfg: Config, *, counting: bool = False
-) -> tuple[dict[str, Any], dict[str, str]]:
-    """The chat request body for ``request``, and the client's name for each of its renamed paths
-    (``counting``: for ``count_tokens``, whose ``max_tokens`` is not the client's)."""
+) -> tuple[dict[str, Any], dict[str, str], list[str]]:
+    """The chat request body for ``request``, the client's name for each of its renamed paths, and the fields
+    accepted as documented no-ops (``counting``: for ``count_tokens``, whose ``max_tokens`` is not the client's)."""
     for name, reason in _NOT_HERE.items():
         if getattr(request, name) is not None:
             _refuse(name, reason)
     if request.speed == "fast":
         _refuse("speed", "the endpoint has one speed")
+    noops: list[str] = ["cache_control"] * _cache_hints(request)
+    request = _clear_thinking(request)
     out = _Translation([], {"user": "metadata.user_id", "stop": "stop_sequences"})
     _messages(request, out)
-    body: dict[str, Any] = {"messages": out.messages, "max_tokens": request.max_tokens}
+    max_tokens = request.max_tokens
+    if cfg.max_tokens_limit is not None and max_tokens > cfg.max_tokens_limit and not counting:
+        # Anthropic's max_tokens is a ceiling the model may stop before: clients send their model's own (Claude
+        # Code 32000). Here the deployment's MAX_TOKENS_LIMIT is the ceiling, and stop_reason says max_tokens.
+        max_tokens = cfg.max_tokens_limit
+        noops.append("max_tokens.capped")
+    body: dict[str, Any] = {"messages": out.messages, "max_tokens": max_tokens}
     if request.model is not None:
         body["model"] = request.model
     for name in ("temperature", "top_p"):
@@ -519,17 +608,23 @@ def translate(
         # Usage for message_delta: vLLM reports it only when asked.
         body["stream"], body["stream_options"] = True, {"include_usage": True}
     if request.tools is not None:
-        body["tools"] = _tools(request)
+        body["tools"] = _tools(request, noops)
         out.names.update(
             {f"tools.{n}.function.parameters": f"tools.{n}.input_schema" for n in range(len(body["tools"]))}
         )
     _tool_choice(request, body)
     if request.metadata is not None and request.metadata.user_id is not None:
-        body["user"] = request.metadata.user_id
+        if cfg.dialect == "openai":
+            body["user"] = request.metadata.user_id
+        else:
+            noops.append("metadata.user_id")  # a prompt container has no place for a caller id
     if request.output_config is not None:
         if request.output_config.effort is not None:
-            body["reasoning_effort"] = request.output_config.effort
-            out.names["reasoning_effort"] = "output_config.effort"
+            if cfg.dialect == "openai":
+                body["reasoning_effort"] = request.output_config.effort
+                out.names["reasoning_effort"] = "output_config.effort"
+            else:
+                noops.append("output_config.effort")  # a prompt container has no reasoning switch
         if request.output_config.format is not None:
             schema = request.output_config.format.json_schema
             body["response_format"] = {
@@ -537,15 +632,15 @@ def translate(
                 "json_schema": {"name": "output", "schema": schema, "strict": True},
             }
             out.names["response_format"] = "output_config.format"
-    _thinking(request, cfg, body, counting=counting)
+    _thinking(request, cfg, body, noops, counting=counting)
     out.names["thinking_token_budget"] = "thinking"  # noqa: S105 (a field name)
-    return body, out.names
+    return body, out.names, noops
 
 
 def parse(data: dict[str, Any], cfg: Config, *, counting: bool = False) -> Parsed:
     """``data`` (a Messages body) as the chat request the pipeline runs, or a 400 in the client's names."""
     request = _validated(MessagesRequest, data, "")
-    body, names = translate(request, cfg, counting=counting)
+    body, names, noops = translate(request, cfg, counting=counting)
     extra = frozenset(k for k in ("top_k", "thinking_token_budget") if k in body)
     try:
         chat = parse_chat(
@@ -556,7 +651,7 @@ def parse(data: dict[str, Any], cfg: Config, *, counting: bool = False) -> Parse
         )
     except APIError as err:
         raise in_client_terms(err, names) from None
-    return Parsed(chat, request, names)
+    return Parsed(chat, request, names, noops=tuple(noops))
 
 
 _GENERATION_ONLY = ("max_tokens", "stream", "stop_sequences", "temperature", "top_p", "top_k")

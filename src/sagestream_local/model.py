@@ -172,7 +172,9 @@ def tool_to_call(request: Mapping[str, Any]) -> ToolCall | None:
         called = _called_since_user(request)
         fresh = [f for f in scored if f["name"] not in called]
         return _call((fresh or scored)[0])
-    if _messages(request)[-1].get("role") != "user":
+    # A system turn after the user's (Claude Code adds one) is instructions, not an answer to the user.
+    spoken = [m for m in _messages(request) if m.get("role") not in ("system", "developer")]
+    if not spoken or spoken[-1].get("role") != "user":
         return None  # tool results (or the model's own turn) came last: answer in text
     best = scored[0]
     named_outright, in_name, in_description = _relevance(best, prompt)

@@ -95,9 +95,10 @@ PROMPT: dict[str, Evidence | str] = {
     "temperature": lambda sent: params(sent)["temperature"] == 0.5,
     "top_p": lambda sent: params(sent)["top_p"] == 0.5,
     "top_k": lambda sent: params(sent)["top_k"] == 5,
-    # The generate parameters have no user, effort, tools or reasoning switch.
-    "metadata": REFUSE,
-    "output_config": REFUSE,
+    # The generate parameters have no user, effort, tools or reasoning switch. A caller id and an effort hint
+    # cannot change what a prompt container generates: documented no-ops, counted in the log record.
+    "metadata": HINT,
+    "output_config": HINT,
     "thinking": REFUSE,
     "tool_choice": REFUSE,
     "tools": REFUSE,

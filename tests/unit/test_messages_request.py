@@ -213,15 +213,60 @@ def test_a_missing_max_tokens_is_refused_as_anthropic_refuses_it() -> None:
 
 def test_a_dialects_refusal_names_the_field_the_client_sent() -> None:
     tgi = Config(endpoint_name="llm", model_id="m", dialect="tgi", prompt_template="chatml")
-    err = refusal(tgi, metadata={"user_id": "u-1"})
-    assert err.param == "metadata.user_id" and "'metadata.user_id'" in err.message
-    assert refusal(tgi, output_config={"effort": "high"}).param == "output_config.effort"
     history = [*ASK, {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {}}]}]
     history.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "ok"}]})
     assert refusal(tgi, messages=history).param == "messages.1.content.0"
     assert refusal(tgi, stop_sequences=["a", "b", "c", "d", "e"]).param == "stop_sequences"
+    err = refusal(tgi, temperature=0.5, top_k=3)
+    assert err.param == "top_k"
+
+
+def test_what_cannot_change_the_answer_is_a_counted_no_op_on_every_dialect() -> None:
+    tgi = Config(endpoint_name="llm", model_id="m", dialect="tgi", prompt_template="chatml")
+    system = [{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}]
+    fields = {"system": system, "metadata": {"user_id": '{"session": "s-1"}'}, "output_config": {"effort": "high"}}
+    parsed = parse(tgi, **fields)
+    assert sorted(parsed.noops) == ["cache_control", "metadata.user_id", "output_config.effort"]
+    assert "user" not in chat_body(tgi, **fields)  # a prompt container has no place for it
+    parsed = parse(CFG, metadata={"user_id": "u"}, output_config={"effort": "max"})
+    assert (parsed.request.user, parsed.request.reasoning_effort, parsed.noops) == ("u", "max", ())
+
+
+def test_max_tokens_past_the_deployments_limit_is_capped_and_noted() -> None:
+    # Claude Code asks for 32000; Anthropic's max_tokens is a ceiling the model may stop before.
     limited = Config(endpoint_name="llm", model_id="m", max_tokens_limit=32)
-    assert refusal(limited).param == "max_tokens"  # 64 asked
+    parsed = parse(limited, max_tokens=32000)
+    assert parsed.request.max_tokens == 32 and parsed.noops == ("max_tokens.capped",)
+
+
+def test_clear_thinking_removes_older_turns_thinking_and_other_edits_are_refused_by_name() -> None:
+    def turn(thought: str) -> dict[str, Any]:
+        thinking = {"type": "thinking", "thinking": thought, "signature": "s"}
+        return {"role": "assistant", "content": [thinking, {"type": "text", "text": "ok"}]}
+
+    history = [*ASK, turn("one"), {"role": "user", "content": "and?"}, turn("two"), {"role": "user", "content": "so?"}]
+
+    def thoughts(**fields: Any) -> list[str]:
+        messages = chat_body(CFG, messages=history, **fields)["messages"]
+        return [m["reasoning_content"] for m in messages if m.get("reasoning_content")]
+
+    assert thoughts() == ["one", "two"]
+    assert thoughts(context_management={"edits": [{"type": "clear_thinking_20251015"}]}) == ["two"]  # keep: 1
+    keep_all = {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]}
+    assert thoughts(context_management=keep_all) == ["one", "two"]
+    keep_none = {"edits": [{"type": "clear_thinking_20251015", "keep": {"type": "thinking_turns", "value": 0}}]}
+    assert thoughts(context_management=keep_none) == []
+    tools = {"edits": [{"type": "clear_tool_uses_20250919"}]}
+    with pytest.raises(APIError) as caught:
+        parse(CFG, messages=history, context_management=tools)
+    assert caught.value.param == "context_management.edits.0"
+
+
+def test_claude_codes_thinking_and_deferred_tools_are_accepted() -> None:
+    deferred = {**WEATHER, "defer_loading": True}
+    parsed = parse(CFG, thinking={"type": "adaptive", "display": "updates"}, tools=[deferred])
+    assert sorted(parsed.noops) == ["thinking.display", "thinking.type", "tools.defer_loading"]
+    assert chat_body(CFG, tools=[deferred])["tools"][0]["function"]["name"] == "get_weather"  # offered all the same
 
 
 def test_the_request_models_load_on_the_first_messages_request_not_at_init() -> None:
