@@ -398,3 +398,13 @@ def test_count_tokens_says_why_when_the_container_reports_no_prompt_count() -> N
         run(tgi, "POST", "/v1/messages/count_tokens", {"model": "unit-llm", "messages": ASK})
     )
     assert (status, kind) == (501, "api_error") and "does not estimate" in message
+
+
+def test_thinking_display_omitted_leaves_the_thoughts_out() -> None:
+    enc = MessagesEncoder(model="m", show_thinking=False)
+    data = enc.encode(Delta(reasoning_content="hmm")) + enc.encode(Delta(content="Hi", finish_reason="stop"))
+    names = [n for n, _ in events(data + enc.done())]
+    assert "thinking" not in json.dumps([p for _, p in events(data)]) and names[0] == "message_start"
+    assert json.loads(message_json(Delta("Hi", reasoning_content="hmm"), model="m", show_thinking=False))[
+        "content"
+    ] == [{"type": "text", "text": "Hi"}]

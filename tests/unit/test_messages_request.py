@@ -194,7 +194,6 @@ def test_top_k_and_thinking_reach_the_container_only_where_the_deployment_allows
         ({"container": "c-1"}, "container"),
         ({"inference_geo": "us"}, "inference_geo"),
         ({"speed": "fast"}, "speed"),
-        ({"thinking": {"type": "adaptive", "display": "omitted"}}, "thinking.display"),
         ({"frequency_penalty": 1}, "frequency_penalty"),
         ({"max_tokens": "5"}, "max_tokens"),
         ({"temperature": 1.5}, "temperature"),
