@@ -59,6 +59,8 @@ class Parsed:
     # generates: client metadata, ids, display and caching hints), by the client's own path; the invocation
     # record counts them (invariant 8), so an operator sees what clients send.
     noops: tuple[str, ...] = ()
+    # Headers the answer carries because of this request (the Responses API's tools it did not offer the model).
+    headers: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def stream(self) -> bool:

@@ -526,7 +526,7 @@ class App:
             answer = replace(answer, finish_reason="stop")  # keeps tool calls, reasoning, logprobs
         data = api.whole(answer, parsed, cfg)
         call.record.wrote(answer, b"")  # a whole answer has no first delta or cadence
-        call.writer.write(data)
+        call.writer.write(data, 200, {**JSON_HEADERS, **parsed.headers})
 
     def _stream(self, call: Call, cfg: Config, api: ClientAPI, parsed: Parsed, payload: bytes) -> None:
         """Open the upstream stream and write each delta the moment it is decoded."""
@@ -535,6 +535,7 @@ class App:
             self.client, cfg, payload, deadline=self._deadline(call), ids=call.ids, keepalive_s=cfg.sse_keepalive_s
         )
         encoder = call.encoder = api.encoder(parsed, cfg)
+        headers = {**SSE_HEADERS, **parsed.headers}
         # Closed at once however the loop ends (a client gone raises out of the write): the endpoint stops
         # generating for nobody.
         with parts:
@@ -543,7 +544,7 @@ class App:
                 if isinstance(item, APIError):
                     record.fail(item)
                     logger.warning("stream ended by an upstream failure: %s", item.message)
-                writer.write(data, 200, SSE_HEADERS)
+                writer.write(data, 200, headers)
                 if isinstance(item, Delta):
                     # Timed here, at the edge: from the read that completed the delta to its write.
                     record.wrote(item, data, read_at=parts.read_at)

@@ -62,6 +62,9 @@ if TYPE_CHECKING:
 
 __all__ = ["RESPONSES", "SEALED_REASONING", "ResponsesAPI", "ResponsesEncoder", "response_json", "seal", "unseal"]
 
+# The hosted tools (OpenAI runs them; a model container cannot) a request carried and the model was not offered.
+UNOFFERED_HEADER = "x-sagestream-unoffered-tools"
+
 # A reasoning item's encrypted_content, when a client asks for it (store: false clients such as Codex do, to send
 # reasoning back on the next turn): the reasoning text itself in base64 behind this prefix. Not encrypted (the
 # client was sent the text in the clear anyway): it only has to come back here and be read.
@@ -101,6 +104,14 @@ def _usage(usage: Usage | None) -> dict[str, Any] | None:
     if usage.total_tokens is not None:
         out["total_tokens"] = usage.total_tokens
     return out
+
+
+def _function_name(chat_name: str, namespaced: Mapping[str, tuple[str, str]]) -> dict[str, str]:
+    """A function_call's ``name``, and its ``namespace`` when the function came from a namespace tool."""
+    if chat_name in namespaced:
+        namespace, name = namespaced[chat_name]
+        return {"name": name, "namespace": namespace}
+    return {"name": chat_name}
 
 
 def _new_id(prefix: str) -> str:
@@ -239,6 +250,9 @@ class ResponsesEncoder:
         self.created_at = created_at if created_at is not None else int(time.time())
         self.usage: Usage | None = None
         self._echo = _echo(request)
+        from sagestream.responses_request import namespaced_tools  # loaded by the request's parse already
+
+        self._namespaced = namespaced_tools(request)
         self._echo_json: bytes | None = None
         self._padding = b":" + b" " * (pad_bytes - 3) + b"\n\n" if pad_bytes else b""
         self._seq = 0
@@ -251,6 +265,9 @@ class ResponsesEncoder:
         self._finish: str | None = None
         self._with_logprobs = bool(request.top_logprobs or "message.output_text.logprobs" in (request.include or ()))
         self._sealed_reasoning = "reasoning.encrypted_content" in (request.include or ())
+        # reasoning.summary asked for: the reasoning also goes out as the item's summary (the whole text: no
+        # container writes a summary), for the clients that read only summaries (the Vercel provider, LangChain).
+        self._summaries = bool(request.reasoning and (request.reasoning.summary or request.reasoning.generate_summary))
         # While a message is open: its text-delta event with %d for the sequence number and %s for the text,
         # and the list its text goes to.
         self._text_event: bytes | None = None
@@ -318,7 +335,7 @@ class ResponsesEncoder:
             reasoning: dict[str, Any] = {
                 "id": item.id,
                 "type": "reasoning",
-                "summary": [],
+                "summary": [{"type": "summary_text", "text": text}] if self._summaries and text else [],
                 "content": [{"type": "reasoning_text", "text": text}],
                 "status": status,
             }
@@ -330,7 +347,7 @@ class ResponsesEncoder:
             "type": "function_call",
             "status": status,
             "call_id": item.call_id,
-            "name": item.name,
+            **_function_name(item.name, self._namespaced),
             "arguments": text,
         }
 
@@ -369,14 +386,15 @@ class ResponsesEncoder:
                 },
             )
         elif item.kind == "reasoning":
+            where = {"item_id": item.id, "output_index": item.output_index}
+            if self._summaries:
+                out += self._event(
+                    "response.reasoning_summary_part.added",
+                    {**where, "summary_index": 0, "part": {"type": "summary_text", "text": ""}},
+                )
             out += self._event(
                 "response.content_part.added",
-                {
-                    "item_id": item.id,
-                    "output_index": item.output_index,
-                    "content_index": 0,
-                    "part": {"type": "reasoning_text", "text": ""},
-                },
+                {**where, "content_index": 0, "part": {"type": "reasoning_text", "text": ""}},
             )
         return out
 
@@ -410,9 +428,18 @@ class ResponsesEncoder:
             part = done["content"][0]
             out = self._event("response.reasoning_text.done", {**where, "content_index": 0, "text": part["text"]})
             out += self._event("response.content_part.done", {**where, "content_index": 0, "part": part})
+            if self._summaries:
+                summary = {"type": "summary_text", "text": part["text"]}
+                out += self._event(
+                    "response.reasoning_summary_text.done", {**where, "summary_index": 0, "text": part["text"]}
+                )
+                out += self._event(
+                    "response.reasoning_summary_part.done", {**where, "summary_index": 0, "part": summary}
+                )
         else:
             out = self._event(
-                "response.function_call_arguments.done", {**where, "name": item.name, "arguments": done["arguments"]}
+                "response.function_call_arguments.done",
+                {**where, "name": done["name"], "arguments": done["arguments"]},
             )
         out += self._event("response.output_item.done", {"output_index": item.output_index, "item": done})
         return self._fill(out)
@@ -497,6 +524,11 @@ class ResponsesEncoder:
                 "response.reasoning_text.delta",
                 {"item_id": item.id, "output_index": item.output_index, "content_index": 0, "delta": reasoning},
             )
+            if self._summaries:
+                out += self._event(
+                    "response.reasoning_summary_text.delta",
+                    {"item_id": item.id, "output_index": item.output_index, "summary_index": 0, "delta": reasoning},
+                )
         if delta.refusal:
             if self._open is None or self._open.kind != "refusal":
                 out += self._close("completed")
@@ -596,6 +628,8 @@ def response_json(
     created_at: int | None = None,
 ) -> bytes:
     """The whole ``response`` object of a non-streamed answer: the same items a stream would have built."""
+    from sagestream.responses_request import namespaced_tools
+
     status, reason = _ending(answer.finish_reason)
     item_status = status
     output: list[dict[str, Any]] = []
@@ -604,7 +638,9 @@ def response_json(
         item: dict[str, Any] = {
             "id": _new_id("rs_"),
             "type": "reasoning",
-            "summary": [],
+            "summary": [{"type": "summary_text", "text": reasoning}]
+            if request.reasoning and (request.reasoning.summary or request.reasoning.generate_summary)
+            else [],
             "content": [{"type": "reasoning_text", "text": reasoning}],
             "status": item_status,
         }
@@ -632,7 +668,7 @@ def response_json(
                 "type": "function_call",
                 "status": item_status,
                 "call_id": str(call.get("id") or _new_id("call_")),
-                "name": str(function.get("name") or ""),
+                **_function_name(str(function.get("name") or ""), namespaced_tools(request)),
                 "arguments": str(function.get("arguments") or ""),
             }
         )
@@ -661,7 +697,7 @@ class ResponsesAPI:
 
     def parse(self, raw: bytes, cfg: Config) -> Parsed:
         # Here, not at import: the request models are the Responses API's own, built by its first request.
-        from sagestream.responses_request import parse_responses, renamed
+        from sagestream.responses_request import parse_responses, renamed, unoffered_tools
 
         request, chat, origins = parse_responses(
             raw,
@@ -669,8 +705,13 @@ class ResponsesAPI:
             extra_fields=cfg.extra_request_fields,
             max_prompt_chars=cfg.max_prompt_chars,
         )
+        unoffered = unoffered_tools(request)
+        noops = (("client_metadata",) if request.client_metadata is not None else ()) + tuple(
+            f"tools.{kind}" for kind in unoffered
+        )
+        headers = {UNOFFERED_HEADER: ", ".join(unoffered)} if unoffered else {}
         # The dialect's refusals (raised where app builds the body) name the Responses field the client sent.
-        return Parsed(chat, request, rename=functools.partial(renamed, origins=origins))
+        return Parsed(chat, request, rename=functools.partial(renamed, origins=origins), noops=noops, headers=headers)
 
     def encoder(self, parsed: Parsed, cfg: Config) -> ResponsesEncoder:
         return ResponsesEncoder(parsed.original, model=cfg.model_id, pad_bytes=cfg.sse_pad_bytes)

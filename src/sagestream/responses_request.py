@@ -33,6 +33,7 @@ from sagestream.schema import (
     StrictModel,
     _check_max_tokens,
     _check_prompt_size,
+    _check_tool_choice,
     _invalid,
     read_object,
 )
@@ -248,6 +249,8 @@ class ResponseCreateRequest(StrictModel):
     service_tier: Literal["auto", "default", "flex", "scale", "priority", "fast"] | None = None
     moderation: RelayedObject | None = None
     store: bool | None = None
+    # Codex's installation, session, thread and turn ids: OpenAI's API takes them; they cannot change the answer.
+    client_metadata: dict[str, Any] | None = None
     include: list[Includable] | None = None
     truncation: Literal["auto", "disabled"] | None = None
     # Read so that they are refused with a reason rather than as unknown.
@@ -329,6 +332,7 @@ def parse_responses(
         raise APIError.invalid_request("The request body is nested too deeply.", code="invalid_json") from None
     request._vendor_fields = vendor
     chat, origins = _translate(request)
+    _check_tool_choice(chat)  # as chat answers: required or a named tool needs tools holding it
     _check_max_tokens(chat, "max_output_tokens", max_tokens_limit)
     _check_prompt_size(chat, "input", max_prompt_chars)
     chat._vendor_fields = vendor
@@ -405,7 +409,9 @@ def _translate(request: ResponseCreateRequest) -> tuple[ChatCompletionRequest, l
     if request.stream_options is not None and request.stream_options.include_obfuscation:
         raise _refuse("stream_options.include_obfuscation", "no obfuscation padding is added to stream events")
     if request.tools is not None:
-        chat["tools"] = [_chat_tool(tool, n) for n, tool in enumerate(request.tools)]
+        offered = [chat_tool for n, tool in enumerate(request.tools) for chat_tool in _chat_tools(tool, n)]
+        if offered or not request.tools:
+            chat["tools"] = offered
     if request.tool_choice is not None:
         chat["tool_choice"] = _chat_tool_choice(request.tool_choice)
     if request.text is not None:
@@ -437,25 +443,105 @@ def _translate(request: ResponseCreateRequest) -> tuple[ChatCompletionRequest, l
         raise renamed(_invalid(exc.errors(include_url=False, include_input=False), chat), origins) from None
 
 
-def _chat_tool(tool: dict[str, Any], n: int) -> dict[str, Any]:
+# Joins a namespace and a function's name into one chat tool name (chat tool names take [A-Za-z0-9_-]); the
+# function_call items of the answer split it again (responses.ResponsesEncoder).
+NAMESPACE_SEPARATOR = "__"
+# OpenAI's hosted tools: OpenAI runs them on its own servers, and a model container cannot. Clients send them by
+# default (Codex: web_search), so they are left out of what the model is offered, said in the response's
+# x-sagestream-unoffered-tools header and counted in the log record; a tool_choice that requires one is refused.
+HOSTED_TOOLS = frozenset(
+    {
+        "web_search",
+        "web_search_preview",
+        "web_search_2025_08_26",
+        "web_search_preview_2025_03_11",
+        "file_search",
+        "code_interpreter",
+        "image_generation",
+        "computer_use_preview",
+        "computer",
+        "mcp",
+        "local_shell",
+        "shell",
+        "apply_patch",
+        "tool_search",
+    }
+)
+
+
+def chat_tool_name(namespace: str | None, name: str) -> str:
+    """The chat tool name of a function, in its namespace if it has one.
+
+    >>> chat_tool_name("multi_agent_v1", "spawn_agent"), chat_tool_name(None, "exec_command")
+    ('multi_agent_v1__spawn_agent', 'exec_command')
+    """
+    return f"{namespace}{NAMESPACE_SEPARATOR}{name}" if namespace else name
+
+
+def unoffered_tools(request: ResponseCreateRequest) -> tuple[str, ...]:
+    """The hosted tools of ``request`` left out of what the model is offered."""
+    return tuple(str(t.get("type")) for t in request.tools or () if t.get("type") in HOSTED_TOOLS)
+
+
+def namespaced_tools(request: ResponseCreateRequest) -> dict[str, tuple[str, str]]:
+    """Each chat tool name that came from a namespace: its namespace and the function's own name."""
+    return {
+        chat_tool_name(str(tool["name"]), str(inner.get("name"))): (str(tool["name"]), str(inner.get("name")))
+        for tool in request.tools or ()
+        if tool.get("type") == "namespace" and isinstance(tool.get("tools"), list)
+        for inner in tool["tools"]
+        if isinstance(inner, dict)
+    }
+
+
+def _chat_tools(tool: dict[str, Any], n: int) -> list[dict[str, Any]]:
+    """The chat tools a Responses tool offers the model: one function; a namespace's functions; a hosted tool none."""
+    kind = tool.get("type")
+    if kind in HOSTED_TOOLS:
+        return []
+    if kind != "namespace":
+        return [_chat_tool(tool, n)]
+    name, inner = tool.get("name"), tool.get("tools")
+    if not isinstance(name, str) or not name:
+        raise APIError.invalid_request(f"Missing required parameter: 'tools.{n}.name'.", param=f"tools.{n}.name")
+    if not isinstance(inner, list):
+        raise APIError.invalid_request(f"'tools.{n}.tools' must be a list of function tools.", param=f"tools.{n}.tools")
+    extra = set(tool) - {"type", "name", "description", "tools"}
+    if extra:
+        raise _refuse(f"tools.{n}.{sorted(extra)[0]}", "a namespace holds a name, a description and its tools")
+    tools = []
+    for m, function in enumerate(inner):
+        if not isinstance(function, dict):
+            raise APIError.invalid_request(f"'tools.{n}.tools.{m}' must be an object.", param=f"tools.{n}.tools.{m}")
+        chat = _chat_tool(function, n, where=f"tools.{n}.tools.{m}")
+        chat["function"]["name"] = chat_tool_name(name, chat["function"]["name"])
+        described = " ".join(str(d) for d in (tool.get("description"), chat["function"].get("description")) if d)
+        if described:
+            chat["function"]["description"] = described
+        tools.append(chat)
+    return tools
+
+
+def _chat_tool(tool: dict[str, Any], n: int, where: str | None = None) -> dict[str, Any]:
+    where = where or f"tools.{n}"
     kind = tool.get("type")
     if kind != "function":
         raise APIError.invalid_request(
             f"Tools of type '{kind}' are not supported: this endpoint runs no hosted tools; declare a 'function' tool.",
-            param=f"tools.{n}.type",
+            param=f"{where}.type",
             code="unsupported_parameter",
         )
     extra = set(tool) - {"type", "name", "parameters", "strict", "description"}
     for name in sorted(extra):
         if name in ("defer_loading", "allowed_callers", "output_schema") and tool[name] in (None, False):
             continue
-        raise _refuse(f"tools.{n}.{name}", "the chat-shaped tool the model container reads has no such field")
+        raise _refuse(f"{where}.{name}", "the chat-shaped tool the model container reads has no such field")
     try:
         function = FunctionTool.model_validate(tool)
     except ValidationError as exc:
         errors = exc.errors(include_url=False, include_input=False)
         err = _invalid(errors, tool)
-        raise renamed(err, [], prefix=f"tools.{n}") from None
+        raise renamed(err, [], prefix=where) from None
     definition = function.model_dump(exclude={"type"}, exclude_none=True)
     return {"type": "function", "function": definition}
 
@@ -550,7 +636,7 @@ def _input_messages(items: list[Any], messages: list[dict[str, Any]], origins: l
             call = {
                 "id": item.call_id,
                 "type": "function",
-                "function": {"name": item.name, "arguments": item.arguments},
+                "function": {"name": chat_tool_name(item.namespace, item.name), "arguments": item.arguments},
             }
             message.setdefault("tool_calls", []).append(call)
         elif isinstance(item, FunctionCallOutputItem):

@@ -234,10 +234,19 @@ def test_a_stored_response_cannot_be_fetched_or_deleted(stack: LocalStack) -> No
         sdk.responses.delete(made.id)
 
 
-def test_hosted_tools_are_refused_by_their_type(stack: LocalStack) -> None:
+def test_hosted_tools_are_left_out_with_notice_and_refused_when_required(stack: LocalStack) -> None:
+    raw = client(stack).responses.with_raw_response.create(
+        model=MODEL,
+        input="Hi",
+        tools=[{"type": "web_search"}, WEATHER],  # type: ignore[list-item]
+    )
+    assert raw.headers["x-sagestream-unoffered-tools"] == "web_search"
+    assert raw.parse().output_text and [t["function"]["name"] for t in sent_body(stack)["tools"]] == ["get_weather"]
     with pytest.raises(openai.BadRequestError) as info:
-        client(stack).responses.create(model=MODEL, input="Hi", tools=[{"type": "web_search"}])
-    assert info.value.body["param"] == "tools.0.type"  # type: ignore[index]
+        client(stack).responses.create(
+            model=MODEL, input="Hi", tools=[{"type": "web_search"}], tool_choice={"type": "web_search"}
+        )
+    assert info.value.body["param"] == "tool_choice.type"  # type: ignore[index]
 
 
 def test_a_prompt_dialect_refuses_tools_under_the_responses_name(stack_for: GetStack) -> None:

@@ -370,3 +370,39 @@ def test_the_written_close_of_a_message_is_what_its_items_say() -> None:
     }
     assert item_done["sequence_number"] == text_done["sequence_number"] + 2
     assert split(writes[3])[-1]["response"]["output"] == [item]
+
+
+def test_reasoning_summary_asked_for_streams_the_reasoning_as_its_summary_too() -> None:
+    body = {"input": "Hi", "stream": True, "reasoning": {"summary": "auto"}}
+    writes = encode_all([Delta(reasoning_content="Let me "), Delta(reasoning_content="see."), Delta("Hi")], body)
+    events = [e for data in writes for e in split(data)]
+    kinds = [e["type"] for e in events]
+    summary = [e["delta"] for e in events if e["type"] == "response.reasoning_summary_text.delta"]
+    assert summary == ["Let me ", "see."]
+    assert kinds.index("response.reasoning_summary_part.added") < kinds.index("response.reasoning_summary_text.delta")
+    assert kinds.index("response.reasoning_summary_text.done") < kinds.index("response.reasoning_summary_part.done")
+    _, final = sdk_accumulates(writes)
+    assert final is not None and final.output[0].summary[0].text == "Let me see."
+    assert [e["type"] for e in split(encode_all([Delta(reasoning_content="x"), Delta("y")])[0])].count(
+        "response.reasoning_summary_text.delta"
+    ) == 0, "without reasoning.summary nothing changes"
+
+
+def test_a_namespaced_functions_call_carries_its_namespace() -> None:
+    namespace = {"type": "namespace", "name": "crm", "description": "CRM.", "tools": [{**TOOL, "name": "find"}]}
+    body = {"input": "Hi", "stream": True, "tools": [namespace]}
+    head = {**CALL_HEAD, "function": {"name": "crm__find", "arguments": ""}}
+    args = {"index": 0, "function": {"arguments": "{}"}}
+    writes = encode_all([Delta(tool_calls=[head]), Delta(tool_calls=[args]), Delta(finish_reason="tool_calls")], body)
+    done = [e for data in writes for e in split(data) if e["type"] == "response.output_item.done"]
+    assert (done[0]["item"]["name"], done[0]["item"]["namespace"]) == ("find", "crm")
+    whole = json.loads(
+        response_json(
+            Delta(
+                tool_calls=[{**head, "function": {"name": "crm__find", "arguments": "{}"}}], finish_reason="tool_calls"
+            ),
+            parse(body).original,
+            model="m",
+        )
+    )
+    assert (whole["output"][0]["name"], whole["output"][0]["namespace"]) == ("find", "crm")

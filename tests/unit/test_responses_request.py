@@ -143,7 +143,16 @@ def test_store_true_is_accepted_and_the_response_says_nothing_is_stored() -> Non
 @pytest.mark.parametrize(
     ("body", "param"),
     [
-        ({"input": "Hi", "tools": [{"type": "web_search"}]}, "tools.0.type"),
+        ({"input": "Hi", "tools": [{"type": "web_search"}], "tool_choice": {"type": "web_search"}}, "tool_choice.type"),
+        ({"input": "Hi", "tools": [{"type": "web_search"}], "tool_choice": "required"}, "tool_choice"),
+        (
+            {
+                "input": "Hi",
+                "tools": [{"type": "namespace", "name": "ns", "description": "d", "tools": [{"type": "x"}]}],
+            },
+            "tools.0.tools.0.type",
+        ),
+        ({"input": "Hi", "tool_choice": {"type": "function", "name": "absent"}}, "tool_choice"),
         ({"input": [{"type": "web_search_call", "id": "x"}]}, "input.0.type"),
         ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input.0"),
         ({"input": "Hi", "include": ["file_search_call.results"]}, "include"),
@@ -239,3 +248,41 @@ def test_a_schema_nested_past_the_limit_is_a_400_naming_its_field_before_any_wor
     assert err.param == param and "nested too deeply" in err.message
     ordinary = {"input": "Hi", "tools": [{**TOOL, "parameters": _nested(20)}]}
     assert parse(ordinary).request.tools  # a deep but ordinary schema still goes through
+
+
+def test_codexs_defaults_are_accepted_hosted_tools_left_out_and_namespaces_flattened() -> None:
+    namespace = {
+        "type": "namespace",
+        "name": "multi_agent_v1",
+        "description": "Agents.",
+        "tools": [{"type": "function", "name": "spawn_agent", "description": "Start one.", "parameters": {}}],
+    }
+    body = {
+        "input": "Hi",
+        "tools": [TOOL, namespace, {"type": "web_search"}],
+        "client_metadata": {"session_id": "s-1"},
+        "reasoning": {"summary": "auto"},
+        "store": False,
+        "include": ["reasoning.encrypted_content"],
+    }
+    parsed = RESPONSES.parse(json.dumps(body).encode(), CFG)
+    names = [tool.function.name for tool in parsed.request.tools]
+    assert names == [TOOL["name"], "multi_agent_v1__spawn_agent"]
+    assert parsed.request.tools[1].function.description == "Agents. Start one."
+    assert sorted(parsed.noops) == ["client_metadata", "tools.web_search"]
+    assert parsed.headers == {"x-sagestream-unoffered-tools": "web_search"}
+    # A call of a namespaced function sent back carries its namespace; the model sees the joined name.
+    back = {
+        "type": "function_call",
+        "call_id": "c1",
+        "name": "spawn_agent",
+        "namespace": "multi_agent_v1",
+        "arguments": "{}",
+    }
+    again = RESPONSES.parse(
+        json.dumps(
+            {**body, "input": [back, {"type": "function_call_output", "call_id": "c1", "output": "ok"}]}
+        ).encode(),
+        CFG,
+    )
+    assert again.request.messages[0].tool_calls[0].function.name == "multi_agent_v1__spawn_agent"
