@@ -1,5 +1,5 @@
-"""The openai and @anthropic-ai/sdk npm packages under Node stream a tool call through the local stack, fragment by
-fragment.
+"""The openai and @anthropic-ai/sdk npm packages, and the Vercel AI SDK's providers, under Node through the local
+stack: a tool call fragment by fragment, thinking, and reasoning read from summaries.
 
 ``make test`` installs the package from ``tests/node/package-lock.json`` (``npm ci --prefix tests/node``).
 """
@@ -82,3 +82,27 @@ def test_the_node_sdk_streams_a_responses_tool_call_and_its_round_trip(stack: Lo
     assert seen["finalStatus"] == "completed" and seen["finalText"]
     sent = json.loads(stack.endpoint.records[-1].body)["messages"]
     assert sent[-1] == {"role": "tool", "tool_call_id": seen["call"]["call_id"], "content": '{"sky": "clear"}'}
+
+
+def test_the_vercel_anthropic_provider_streams_text_thinking_and_a_tool_call(stack: LocalStack) -> None:
+    """@ai-sdk/anthropic validates every event with zod: a null usage count failed each stream, before any text."""
+    assert stack.endpoint is not None
+    stack.endpoint.set_scenario(reasoning=4)
+    seen = run_node(stack, "vercel_anthropic.mjs", package="@ai-sdk/anthropic", base_path="/v1")
+    text, call = seen["text"], seen["call"]
+    assert text["errors"] == [] and call["errors"] == []
+    record = next(r for r in stack.endpoint.records if r.operation == "InvokeEndpointWithResponseStream")
+    thoughts = "".join(t.text for t in record.tokens[:4])
+    assert text["reasoning"] == thoughts and text["text"] and text["finishReason"] == "stop"
+    assert isinstance(text["usage"]["inputTokens"], int) and text["usage"]["outputTokens"] > 0
+    assert call["toolCalls"] == [{"name": "get_weather", "input": {"city": "Paris"}}]
+    assert call["finishReason"] == "tool-calls"
+
+
+def test_the_vercel_openai_provider_reads_reasoning_from_its_summaries(stack: LocalStack) -> None:
+    assert stack.endpoint is not None
+    stack.endpoint.set_scenario(reasoning=4)
+    seen = run_node(stack, "vercel_openai_responses.mjs", package="@ai-sdk/openai", base_path="/v1")
+    record = stack.endpoint.records[-1]
+    assert seen["errors"] == [] and seen["finishReason"] == "stop"
+    assert seen["reasoning"] == "".join(t.text for t in record.tokens[:4]) and seen["text"]
