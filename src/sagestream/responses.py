@@ -88,22 +88,28 @@ def unseal(sealed: str) -> str | None:
 
 
 def _usage(usage: Usage | None) -> dict[str, Any] | None:
-    """The Responses usage object: the counts the container gave, under OpenAI's names; none invented."""
+    """The Responses usage object, every field OpenAI's types require (strict clients refuse one without them):
+    the counts the container gave under OpenAI's names, 0 for one it did not (TGI and LMI count no prompt; few
+    containers report cached or reasoning tokens); ``null`` when it reported no usage at all."""
     if usage is None:
         return None
-    out: dict[str, Any] = {}
-    if usage.prompt_tokens is not None:
-        out["input_tokens"] = usage.prompt_tokens
+    prompt = usage.prompt_tokens or 0
     prompt_details = usage.details.get("prompt_tokens_details")
-    if isinstance(prompt_details, dict):
-        out["input_tokens_details"] = prompt_details
-    out["output_tokens"] = usage.completion_tokens
     completion_details = usage.details.get("completion_tokens_details")
-    if isinstance(completion_details, dict):
-        out["output_tokens_details"] = completion_details
-    if usage.total_tokens is not None:
-        out["total_tokens"] = usage.total_tokens
-    return out
+    return {
+        "input_tokens": prompt,
+        "input_tokens_details": {
+            "cached_tokens": 0,
+            "cache_write_tokens": 0,
+            **(prompt_details if isinstance(prompt_details, dict) else {}),
+        },
+        "output_tokens": usage.completion_tokens,
+        "output_tokens_details": {
+            "reasoning_tokens": 0,
+            **(completion_details if isinstance(completion_details, dict) else {}),
+        },
+        "total_tokens": usage.total_tokens if usage.total_tokens is not None else prompt + usage.completion_tokens,
+    }
 
 
 def _function_name(chat_name: str, namespaced: Mapping[str, tuple[str, str]]) -> dict[str, str]:
@@ -161,17 +167,28 @@ def _echo(request: ResponseCreateRequest) -> dict[str, Any]:
         "reasoning": {"effort": reasoning.get("effort"), "summary": reasoning.get("summary")},
         "safety_identifier": request.safety_identifier,
         "prompt_cache_key": request.prompt_cache_key,
-        "service_tier": request.service_tier,
+        "service_tier": "default",  # there is one tier: the endpoint's
+        "max_tool_calls": None,  # no hosted tools run here (a request's own is refused)
         "store": False,  # whatever was asked: nothing is kept
-        "temperature": request.temperature,
+        # The sampling the request asked for, OpenAI's defaults where it asked none (the container's own
+        # defaults, from the model's generation config, may differ: it is not asked).
+        "temperature": 1.0 if request.temperature is None else request.temperature,
+        "presence_penalty": 0.0,
+        "frequency_penalty": 0.0,
         "text": text,
         "tool_choice": request.tool_choice if request.tool_choice is not None else "auto",
-        "tools": list(request.tools or []),
-        "top_logprobs": request.top_logprobs,
-        "top_p": request.top_p,
+        "tools": [_echoed_tool(tool) for tool in request.tools or ()],
+        "top_logprobs": request.top_logprobs or 0,
+        "top_p": 1.0 if request.top_p is None else request.top_p,
         "truncation": request.truncation or "disabled",
         "user": request.user,
     }
+
+
+def _echoed_tool(tool: dict[str, Any]) -> dict[str, Any]:
+    """A tool as the response repeats it: a function tool always says whether it is ``strict`` (false unless the
+    client asked: the container is not made to enforce a schema it was not asked to)."""
+    return {**tool, "strict": bool(tool.get("strict"))} if tool.get("type") == "function" else tool
 
 
 def _response(
@@ -190,6 +207,7 @@ def _response(
         "id": id,
         "object": "response",
         "created_at": created_at,
+        "completed_at": int(time.time()) if status == "completed" else None,
         "status": status,
         "background": False,
         "error": error,
@@ -295,6 +313,7 @@ class ResponsesEncoder:
             "id": self.id,
             "object": "response",
             "created_at": self.created_at,
+            "completed_at": int(time.time()) if status == "completed" else None,
             "status": status,
             "background": False,
             "error": error,

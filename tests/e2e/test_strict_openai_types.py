@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pydantic
 import pytest
 from openai.types import Completion
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
+from openai.types.responses import Response, ResponseStreamEvent
 
 from tests.client import request
 from tests.e2e.conftest import GetStack
@@ -91,3 +93,37 @@ def test_tool_calls_and_reasoning_validate_strictly(stack_for: GetStack) -> None
     assert usage.completion_tokens_details.reasoning_tokens == 3
     answer = ChatCompletion.model_validate(whole(stack.url, "/v1/chat/completions", body), strict=True)
     assert answer.choices[0].finish_reason == "tool_calls" and answer.choices[0].message.tool_calls
+
+
+RESPONSE_EVENT: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(ResponseStreamEvent)
+
+
+@pytest.mark.parametrize("dialect", ["openai", "tgi", "lmi"])
+def test_every_responses_event_and_object_validates_strictly(stack_for: GetStack, dialect: str) -> None:
+    """Usage with both details objects, completed_at, the sampling actually asked for (not null), echoed tools
+    with strict: what strict clients and the Open Responses schema require of the response object."""
+    stack = stack_for(**DIALECT_ENV[dialect])
+    body: dict[str, Any] = {"input": "Tell me about rivers", "max_output_tokens": 6}
+    resp = request(stack.url, "POST", "/v1/responses", {**body, "stream": True})
+    assert resp.status == 200, resp.body
+    events = [RESPONSE_EVENT.validate_python(e, strict=True) for e in resp.data_events()]
+    final = events[-1].response
+    assert events[-1].type == "response.incomplete" and final.usage is not None
+    assert final.usage.output_tokens == 6 and final.temperature == 1.0 and final.service_tier == "default"
+    whole = Response.model_validate(request(stack.url, "POST", "/v1/responses", body).json(), strict=True)
+    assert whole.output_text
+
+
+def test_responses_reasoning_summaries_and_tools_validate_strictly(stack_for: GetStack) -> None:
+    stack = stack_for()
+    assert stack.endpoint is not None
+    stack.endpoint.set_scenario(reasoning=3)
+    tool = {"type": "function", "name": "get_weather", "parameters": WEATHER["function"]["parameters"]}
+    body = {"input": "Weather in Paris?", "tools": [tool], "reasoning": {"summary": "auto"}}
+    resp = request(stack.url, "POST", "/v1/responses", {**body, "stream": True})
+    events = [RESPONSE_EVENT.validate_python(e, strict=True) for e in resp.data_events()]
+    final = events[-1].response
+    assert final.status == "completed" and final.completed_at is not None and final.tools[0].strict is False
+    assert [item.type for item in final.output] == ["reasoning", "function_call"]
+    assert final.output[0].summary and final.usage is not None
+    assert final.usage.output_tokens_details.reasoning_tokens == 3

@@ -86,7 +86,13 @@ def test_text_streams_event_by_event_and_the_sdk_accumulates_the_final_response(
     assert writes[5] == b""  # usage alone: kept for the end
     _, final = sdk_accumulates(writes)
     assert final.output_text == "Hé there!" and final.status == "completed"
-    assert final.usage.model_dump(exclude_none=True) == {"input_tokens": 5, "output_tokens": 3, "total_tokens": 8}
+    assert final.usage.model_dump(exclude_none=True) == {
+        "input_tokens": 5,
+        "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+        "output_tokens": 3,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": 8,
+    }
     assert len({p["item_id"] for p in payloads if "item_id" in p}) == 1
 
 
@@ -155,10 +161,16 @@ def test_reasoning_is_its_own_item_before_the_message_and_its_tokens_are_counted
     assert final.usage.output_tokens_details.reasoning_tokens == 2
 
 
-def test_usage_without_a_prompt_count_leaves_input_tokens_out() -> None:
+def test_usage_without_a_prompt_count_says_0_as_openais_types_require_an_integer() -> None:
     writes = encode_all([Delta("Hi"), Delta(finish_reason="stop", usage=Usage(None, 1, None))])
     last = split(writes[-1])[-1]
-    assert last["response"]["usage"] == {"output_tokens": 1}
+    assert last["response"]["usage"] == {
+        "input_tokens": 0,
+        "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+        "output_tokens": 1,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": 1,
+    }
 
 
 def test_a_length_cut_ends_with_response_incomplete_and_its_reason() -> None:
