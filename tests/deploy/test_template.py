@@ -215,9 +215,13 @@ template = yaml_parse(open("template.yaml").read())
 template["Resources"]["SageStreamFunction"]["Properties"]["CodeUri"] = "s3://bucket/artifact.zip"  # as packaged
 template["Transform"] = [t for t in template["Transform"] if t != "AWS::LanguageExtensions"]
 template["Resources"] = {k: v for k, v in template["Resources"].items() if not k.startswith("Fn::ForEach::")}
-# ManagedInstances off (the default), as AWS::LanguageExtensions resolves these two !If before SAM reads them.
-for name in ("AutoPublishAlias", "CapacityProviderConfig"):
-    assert template["Resources"]["SageStreamFunction"]["Properties"].pop(name)["Fn::If"][0] == "OnManagedInstances"
+# ManagedInstances and SnapStart off (the defaults), as AWS::LanguageExtensions resolves these !If before SAM
+# reads them.
+conditions = {
+    "AutoPublishAlias": "PublishesVersions", "CapacityProviderConfig": "OnManagedInstances", "SnapStart": "SnapStartOn"
+}
+for name, condition in conditions.items():
+    assert template["Resources"]["SageStreamFunction"]["Properties"].pop(name)["Fn::If"][0] == condition
 
 
 class Policies:  # the managed policies SAM may attach, instead of asking IAM for the list
