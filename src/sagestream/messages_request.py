@@ -25,7 +25,7 @@ from pydantic import ConfigDict, Field, ValidationError
 
 from sagestream.apis import Parsed, in_client_terms
 from sagestream.errors import APIError
-from sagestream.schema import StrictModel, parse_chat
+from sagestream.schema import StrictModel, parse_chat, read_object
 
 if TYPE_CHECKING:
     from sagestream.config import Config
@@ -226,14 +226,19 @@ class ClearThinking(StrictModel):
 # --- errors ---------------------------------------------------------------------------------------------
 
 
+# The free-form JSON of a Messages request, where a too-deep nesting is named (as chat's are in schema).
+_FREE_FORM = (
+    ("tools", "*", "input_schema"),
+    ("messages", "*", "content", "*", "input"),
+    ("output_config", "format", "schema"),
+)
+
+
 def body_of(raw: bytes) -> dict[str, Any]:
-    try:
-        data = json.loads(raw)
-    except (ValueError, RecursionError):
-        raise APIError.invalid_request("The request body is not valid JSON.") from None
-    if not isinstance(data, dict):
-        raise APIError.invalid_request("The request body must be a JSON object.")
-    return data
+    """The body as every route reads one (:func:`sagestream.schema.read_object`): JSON, an object, no NaN, no
+    lone surrogate, no deeper than the depth limit; a 400 otherwise. A reader of its own let a lone surrogate
+    through to a 500, and a tool_use input nested 6,000 deep or holding NaN through to the container."""
+    return read_object(raw, _FREE_FORM)
 
 
 def _refuse(path: str, reason: str) -> NoReturn:
@@ -264,6 +269,8 @@ def _sent_path(loc: tuple[int | str, ...], data: Any, missing: bool) -> str:
     parts: list[str] = []
     here = data
     for n, part in enumerate(loc):
+        if isinstance(here, dict) and here.get("type") == part and n + 1 < len(loc) and loc[n + 1] in here:
+            continue  # a tagged union's tag (an image source's "url"), not a field: the next part is the field
         in_list = isinstance(here, list) and isinstance(part, int) and 0 <= part < len(here)
         if in_list or (isinstance(here, dict) and part in here):
             parts.append(str(part))
@@ -441,10 +448,11 @@ def _tools(request: MessagesRequest, noops: list[str]) -> list[dict[str, Any]]:
     tools = []
     for n, raw in enumerate(request.tools or []):
         path = f"tools.{n}"
-        if isinstance(raw, dict) and raw.get("type") not in (None, "custom"):
-            _refuse(
-                f"{path}.type", f"'{raw.get('type')}' is one of Anthropic's server tools; only custom tools run here"
-            )
+        kind = raw.get("type") if isinstance(raw, dict) else None
+        if kind is not None and not isinstance(kind, str):
+            raise APIError.invalid_request(f"{path}.type: Input should be 'custom'", param=f"{path}.type")
+        if kind not in (None, "custom"):
+            _refuse(f"{path}.type", f"'{kind}' is one of Anthropic's server tools; only custom tools run here")
         tool = _validated(Tool, raw, path)
         if tool.allowed_callers is not None and tool.allowed_callers != ["direct"]:
             _refuse(f"{path}.allowed_callers", "there is no code execution here to call tools")

@@ -34,6 +34,7 @@ from sagestream.schema import (
     _check_max_tokens,
     _check_prompt_size,
     _check_tool_choice,
+    _check_tool_results,
     _invalid,
     read_object,
 )
@@ -333,6 +334,10 @@ def parse_responses(
     request._vendor_fields = vendor
     chat, origins = _translate(request)
     _check_tool_choice(chat)  # as chat answers: required or a named tool needs tools holding it
+    try:
+        _check_tool_results(chat)  # a function_call_output answering no function_call
+    except APIError as err:
+        raise renamed(err, origins) from None
     _check_max_tokens(chat, "max_output_tokens", max_tokens_limit)
     _check_prompt_size(chat, "input", max_prompt_chars)
     chat._vendor_fields = vendor
@@ -345,6 +350,12 @@ def _refuse_unknown_items(data: dict[str, Any]) -> None:
     if not isinstance(items, list):
         return
     for n, item in enumerate(items):
+        if isinstance(item, dict) and "type" in item and not isinstance(item["type"], str):
+            raise APIError.invalid_request(
+                f"Invalid type for 'input.{n}.type': expected one of {', '.join(_ITEM_TYPES)}.",
+                param=f"input.{n}.type",
+                code="invalid_type",
+            )
         if isinstance(item, dict) and isinstance(item.get("type"), str) and item["type"] not in _ITEM_TYPES:
             raise APIError.invalid_request(
                 f"Input items of type '{item['type']}' are not supported: this endpoint carries messages, "

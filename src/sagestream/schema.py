@@ -508,7 +508,25 @@ def parse_chat(
     _check_max_tokens(request, name, max_tokens_limit)
     _check_prompt_size(request, "messages", max_prompt_chars)
     _check_tool_choice(request)
+    _check_tool_results(request)
     return request
+
+
+def _check_tool_results(request: ChatCompletionRequest) -> None:
+    """As OpenAI and Anthropic answer: a tool result must answer a call an earlier assistant turn made. A result
+    for no call reached the container as an orphan ``tool`` message, which chat templates render (or reject)
+    each their own way."""
+    called: set[str] = set()
+    for n, message in enumerate(request.messages):
+        if isinstance(message, AssistantMessage):
+            called.update(call.id for call in message.tool_calls or ())
+        elif isinstance(message, ToolMessage) and message.tool_call_id not in called:
+            raise APIError.invalid_request(
+                f"Invalid parameter: 'messages.{n}' is a tool result for '{message.tool_call_id}', which no "
+                "earlier assistant turn called.",
+                param=f"messages.{n}",
+                code="invalid_tool_result",
+            )
 
 
 def _check_tool_choice(request: ChatCompletionRequest) -> None:

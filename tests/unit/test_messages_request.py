@@ -288,3 +288,83 @@ def test_an_empty_stop_sequence_is_refused_as_anthropic_refuses_it() -> None:
     err = refusal(stop_sequences=["END", ""])
     assert err.param == "stop_sequences.1" and "non-empty" in err.message
     assert chat_body(stop_sequences=["\n", "END"])["stop"] == ["\n", "END"]
+
+
+def deep(levels: int) -> Any:
+    value: Any = 1
+    for _ in range(levels):
+        value = {"a": value}
+    return value
+
+
+@pytest.mark.parametrize(
+    ("fields", "param"),
+    [
+        ({"messages": [{"role": "user", "content": "lone \ud800"}]}, None),
+        ({"system": "lone \udfff"}, None),
+        ({"metadata": {"user_id": "\ud800"}}, None),
+        (
+            {
+                "messages": [
+                    *ASK,
+                    {
+                        "role": "assistant",
+                        "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {"x": float("nan")}}],
+                    },
+                ]
+            },
+            None,
+        ),
+        (
+            {
+                "messages": [
+                    *ASK,
+                    {
+                        "role": "assistant",
+                        "content": [{"type": "tool_use", "id": "t", "name": "f", "input": deep(6000)}],
+                    },
+                ]
+            },
+            "messages.1.content.0.input",
+        ),
+        (
+            {
+                "messages": [
+                    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "none", "content": "x"}]}
+                ]
+            },
+            "messages.0.content.0",
+        ),
+        (
+            {
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [{"type": "image", "source": {"type": "url", "url": "https://x", "extra": 1}}],
+                    }
+                ]
+            },
+            "messages.0.content.0.source.extra",
+        ),
+        ({"tools": [{"type": 5, "name": "f", "input_schema": {}}]}, "tools.0.type"),
+    ],
+    ids=[
+        "surrogate-content",
+        "surrogate-system",
+        "surrogate-user-id",
+        "nan-input",
+        "deep-input",
+        "orphan-result",
+        "source-key",
+        "tool-type",
+    ],
+)
+def test_a_bad_body_is_a_400_naming_the_field_never_a_500(fields: dict[str, Any], param: str | None) -> None:
+    """Issue 32's probe: the Messages route read its body with a reader of its own (500s, or NaN and 6,000 levels
+    forwarded), and named some fields wrongly."""
+    create = json.dumps({"model": "m", "max_tokens": 64, "messages": ASK, **fields}).encode()
+    count = json.dumps({"model": "m", "messages": ASK, **fields}).encode()
+    for parse_body, body in ((MESSAGES.parse, create), (MESSAGES.count_request, count)):
+        with pytest.raises(APIError) as caught:
+            parse_body(body, CFG)
+        assert caught.value.status == 400 and caught.value.param == param, caught.value.message

@@ -286,3 +286,13 @@ def test_codexs_defaults_are_accepted_hosted_tools_left_out_and_namespaces_flatt
         CFG,
     )
     assert again.request.messages[0].tool_calls[0].function.name == "multi_agent_v1__spawn_agent"
+
+
+def test_an_item_type_that_is_no_string_and_an_orphan_output_are_named_in_the_clients_terms() -> None:
+    for body, param in (
+        ({"input": [{"type": 5}]}, "input.0.type"),
+        ({"input": [{"type": "function_call_output", "call_id": "none", "output": "x"}]}, "input.0"),
+    ):
+        with pytest.raises(APIError) as caught:
+            RESPONSES.parse(json.dumps(body).encode(), CFG)
+        assert caught.value.status == 400 and caught.value.param == param, caught.value.message

@@ -58,7 +58,11 @@ def test_content_parts_join_as_text_and_developer_is_system() -> None:
     messages = [
         {"role": "developer", "content": "rules"},
         {"role": "user", "content": [{"type": "text", "text": "one"}, {"type": "text", "text": "two"}]},
-        {"role": "assistant", "content": None, "tool_calls": []},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+        },
         {"role": "tool", "content": "42", "tool_call_id": "c1"},
     ]
     request = parse_chat(json.dumps({"messages": messages}).encode(), max_tokens_limit=None)
@@ -486,3 +490,19 @@ def test_a_tool_choice_that_needs_a_tool_not_there_is_a_400_naming_tool_choice(f
 )
 def test_a_tool_choice_the_tools_can_meet_parses(fields: dict[str, Any]) -> None:
     assert parse_chat(body(**fields), max_tokens_limit=None).tool_choice is not None
+
+
+def test_a_tool_result_that_answers_no_call_is_refused_by_its_message() -> None:
+    body = {"messages": [{"role": "user", "content": "q"}, {"role": "tool", "tool_call_id": "none", "content": "x"}]}
+    with pytest.raises(APIError) as caught:
+        parse_chat(json.dumps(body).encode(), max_tokens_limit=None)
+    assert caught.value.param == "messages.1" and "'none'" in caught.value.message
+    answered = [
+        {"role": "user", "content": "q"},
+        {
+            "role": "assistant",
+            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "x"},
+    ]
+    assert len(parse_chat(json.dumps({"messages": answered}).encode(), max_tokens_limit=None).messages) == 3
