@@ -236,9 +236,12 @@ def _service_error(exc: botocore.exceptions.ClientError) -> APIError:
     special = _SPECIAL_CODES.get(code)
     if special is not None:
         return special(exc.response, message)
-    for codes, statuses, fault in _SERVICE_FAULTS:
-        if code in codes or status in statuses:
-            return fault.error(message)  # a private fault logs what it hides from the client
+    # A code names the fault exactly; a status only where no row names the code (ModelNotReadyException is a
+    # 429 on the wire, but a model still loading is the endpoint's unavailability, not the caller's rate).
+    for matches in (lambda codes, statuses: code in codes, lambda codes, statuses: status in statuses):
+        for codes, statuses, fault in _SERVICE_FAULTS:
+            if matches(codes, statuses):
+                return fault.error(message)  # a private fault logs what it hides from the client
     logger.error("unexpected upstream error %s (%s): %s", code, status, message)
     return APIError.upstream(502, "The model endpoint answered with an error.", code="upstream_error")
 

@@ -193,7 +193,7 @@ def test_prompts_and_completions_are_not_logged_by_default(captured: Captured) -
 
 def test_a_failure_before_the_stream_is_logged_with_its_status_and_error(captured: Captured) -> None:
     assert captured.stack.endpoint is not None
-    captured.stack.endpoint.set_scenario(fault="http_429")
+    captured.stack.endpoint.set_scenario(fault="throttling")
     resp, lines = captured.call()
     assert resp.status == 429
     log = logs(lines)[0].data

@@ -36,7 +36,7 @@ def client_error(code: str, status: int, message: str = "msg", **extra: object) 
         (client_error("ValidationError", 400, "Input too long"), 400, "upstream_validation_error"),
         (client_error("ModelError", 424, "x", OriginalMessage="CUDA out of memory"), 502, "model_error"),
         (client_error("ThrottlingException", 400, ""), 429, "rate_limited"),
-        (client_error("ModelNotReadyException", 429), 429, "rate_limited"),
+        (client_error("ModelNotReadyException", 429), 503, "service_unavailable"),
         (client_error("ServiceUnavailable", 503), 503, "service_unavailable"),
         (client_error("InternalFailure", 500), 502, "upstream_error"),
         (
