@@ -452,6 +452,8 @@ class App:
             # in place of whatever the client wrote there, so that no caller can speak for another. The
             # prompt dialects have no such field (a client's own `user` is refused there by name).
             body["user"] = call.identity.sub
+            if "safety_identifier" in body:  # OpenAI's newer name for the same: bound to the caller too
+                body["safety_identifier"] = call.identity.sub
         payload = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
         # Noted once the call is certain: a request refused above made none, and its record names no ids.
         record.inference_id, record.prefix_aware_id = call.ids.inference_id, call.ids.prefix_aware_id

@@ -60,6 +60,9 @@ ASYMMETRIC_ALGORITHMS = frozenset(
 # Clock skew between the issuer and Lambda that is forgiven on exp, nbf and iat.
 LEEWAY_S = 30
 FETCH_TIMEOUT_S = 3.0
+# The most a whole fetch (discovery or JWKS) may take, and so the most a request waits for fresh keys: an issuer
+# that answers a byte a second would otherwise keep every read under FETCH_TIMEOUT_S and never end.
+FETCH_DEADLINE_S = 5.0
 # A discovery document or a JWKS is a few kilobytes; more is not one.
 MAX_DOCUMENT_BYTES = 1 << 20
 
@@ -87,11 +90,31 @@ class KeysUnavailable(Exception):
     """The issuer's keys could not be fetched and none are current: nothing can be verified."""
 
 
-def fetch_json(url: str) -> Any:
-    """One JSON document over HTTP(S), with a timeout (the keys gate every request: a slow issuer fails fast)."""
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """Redirects are not followed: the issuer's documents are where its URL and its discovery say, and a 302 to
+    another origin or scheme (http) would hand the choice of the keys to whoever answers there."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None  # urllib then raises the 3xx as an HTTPError
+
+
+_OPENER = urllib.request.build_opener(_NoRedirects)
+
+
+def fetch_json(url: str, deadline_s: float = FETCH_DEADLINE_S) -> Any:
+    """One JSON document over HTTP(S): each read within a timeout, the whole body within ``deadline_s``, no
+    redirect followed (the keys gate every request: a slow or moved issuer fails fast)."""
+    ends = time.monotonic() + deadline_s
     request = urllib.request.Request(url, headers={"accept": "application/json"})  # noqa: S310 (scheme checked)
-    with urllib.request.urlopen(request, timeout=FETCH_TIMEOUT_S) as response:  # noqa: S310
-        body = response.read(MAX_DOCUMENT_BYTES + 1)
+    body = bytearray()
+    with _OPENER.open(request, timeout=FETCH_TIMEOUT_S) as response:
+        while len(body) <= MAX_DOCUMENT_BYTES:
+            if time.monotonic() > ends:
+                raise TimeoutError(f"{url} did not answer whole within {deadline_s} s")
+            piece = response.read1(65536)
+            if not piece:
+                break
+            body += piece
     if len(body) > MAX_DOCUMENT_BYTES:
         raise ValueError(f"{url} answered more than {MAX_DOCUMENT_BYTES} bytes")
     return json.loads(body)
@@ -137,20 +160,48 @@ class SigningKeys:
         self._keys: dict[str, jwt.PyJWK] = {}
         self._fetched_at = -math.inf
         self._tried_at = -math.inf
+        # Guards the fields above and _fetching; never held across I/O.
         self._lock = threading.Lock()
+        # The fetch under way (on a thread of its own) and when it began: requests wait for it, each at most
+        # FETCH_DEADLINE_S, and a fetch that outlived two deadlines is given up on (a new one may start).
+        self._fetching: tuple[threading.Event, float] | None = None
 
     def key(self, kid: str | None) -> jwt.PyJWK | None:
         """The key a token names (None: no such key, even after a refetch); :class:`KeysUnavailable`."""
         found = self._current(kid)
         if found is not None:
             return found
-        with self._lock:  # one fetch at a time; the others then see its keys
-            found = self._current(kid)
-            if found is None and self.clock() - self._tried_at >= self.refetch_s:
-                self.refresh()
-            if not self._keys or self.clock() - self._fetched_at >= self.max_age_s:
-                raise KeysUnavailable(f"no current signing keys from {self.issuer}")
-            return self._find(kid)
+        self._refetch(kid)
+        if not self._keys or self.clock() - self._fetched_at >= self.max_age_s:
+            raise KeysUnavailable(f"no current signing keys from {self.issuer}")
+        return self._find(kid)
+
+    def _refetch(self, kid: str | None) -> None:
+        """Start a fetch if one is due (or join the one under way) and wait for it, at most FETCH_DEADLINE_S.
+
+        Concurrent invocations (Lambda Managed Instances) each wait with their own deadline on the one fetch; no
+        lock is held while it runs, so a slow issuer holds up nobody past that deadline."""
+        with self._lock:
+            if self._current(kid) is not None:
+                return  # another request's fetch brought it meanwhile
+            now = time.monotonic()
+            fetching = self._fetching
+            if fetching is None or now - fetching[1] > 2 * FETCH_DEADLINE_S:
+                if self.clock() - self._tried_at < self.refetch_s:
+                    return
+                self._tried_at = self.clock()
+                fetching = self._fetching = (threading.Event(), now)
+                threading.Thread(target=self._fetch, args=(fetching,), name="jwks-fetch", daemon=True).start()
+        fetching[0].wait(FETCH_DEADLINE_S)
+
+    def _fetch(self, fetching: tuple[threading.Event, float]) -> None:
+        try:
+            self.refresh()
+        finally:
+            with self._lock:
+                if self._fetching is fetching:
+                    self._fetching = None
+            fetching[0].set()
 
     def _current(self, kid: str | None) -> jwt.PyJWK | None:
         if self.clock() - self._fetched_at >= self.max_age_s:
@@ -179,7 +230,8 @@ class SigningKeys:
         except Exception as exc:
             logger.error("could not fetch the signing keys of %s: %s", self.issuer, exc)
             return False
-        self.metadata, self._keys, self._fetched_at = metadata, keys, self.clock()
+        with self._lock:
+            self.metadata, self._keys, self._fetched_at = metadata, keys, self.clock()
         return True
 
 
@@ -267,7 +319,8 @@ class JwtVerifier:
         header = _unverified_header(token)
         if header is None:
             raise refused("The bearer token is not a JWT.")
-        if header.get("alg") not in ASYMMETRIC_ALGORITHMS:
+        alg = header.get("alg")
+        if not isinstance(alg, str) or alg not in ASYMMETRIC_ALGORITHMS:
             raise refused("The token's signing algorithm is not accepted (only asymmetric ones are).")
         kid = header.get("kid")
         try:
@@ -314,8 +367,10 @@ class JwtVerifier:
                 code="insufficient_scope",
                 headers={"WWW-Authenticate": f'Bearer error="insufficient_scope", scope="{needed}"'},
             )
+        if not isinstance(claims["sub"], str) or not claims["sub"]:
+            raise refused("The token's 'sub' claim is not a string.")
         return Identity(
-            sub=str(claims["sub"]),
+            sub=claims["sub"],
             client_id=_text(claims.get("client_id") or claims.get("azp")),
             username=_text(
                 claims.get("username") or claims.get("cognito:username") or claims.get("preferred_username")
@@ -323,12 +378,14 @@ class JwtVerifier:
         )
 
     def _for_us(self, claims: Mapping[str, Any]) -> bool:
+        """Whether the token names one of our audiences; a claim of the wrong type names none (never a 500)."""
         aud = claims.get("aud")
         if aud is not None:
-            audiences = {aud} if isinstance(aud, str) else set(aud) if isinstance(aud, list) else set()
-            return bool(audiences & self.audiences)
+            listed = [aud] if isinstance(aud, str) else aud if isinstance(aud, list) else []
+            return any(isinstance(a, str) and a in self.audiences for a in listed)
         # Cognito's access tokens name the app client instead of an audience.
-        return claims.get("client_id") in self.audiences
+        client_id = claims.get("client_id")
+        return isinstance(client_id, str) and client_id in self.audiences
 
 
 def _unverified_header(token: str) -> dict[str, Any] | None:
@@ -338,7 +395,7 @@ def _unverified_header(token: str) -> dict[str, Any] | None:
     segment = token.split(".", 1)[0]
     try:
         header = json.loads(base64.urlsafe_b64decode(segment + "=" * (-len(segment) % 4)))
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, RecursionError):  # RecursionError: a header nested thousands deep
         return None
     return header if isinstance(header, dict) else None
 

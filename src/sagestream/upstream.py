@@ -238,10 +238,10 @@ def _service_error(exc: botocore.exceptions.ClientError) -> APIError:
         return special(exc.response, message)
     # A code names the fault exactly; a status only where no row names the code (ModelNotReadyException is a
     # 429 on the wire, but a model still loading is the endpoint's unavailability, not the caller's rate).
-    for matches in (lambda codes, statuses: code in codes, lambda codes, statuses: status in statuses):
-        for codes, statuses, fault in _SERVICE_FAULTS:
-            if matches(codes, statuses):
-                return fault.error(message)  # a private fault logs what it hides from the client
+    row = next((f for codes, _, f in _SERVICE_FAULTS if code in codes), None)
+    row = row or next((f for _, statuses, f in _SERVICE_FAULTS if status in statuses), None)
+    if row is not None:
+        return row.error(message)  # a private fault logs what it hides from the client
     logger.error("unexpected upstream error %s (%s): %s", code, status, message)
     return APIError.upstream(502, "The model endpoint answered with an error.", code="upstream_error")
 

@@ -56,7 +56,9 @@ def test_a_signed_in_caller_streams_is_logged_and_is_the_upstream_user(jwt_stack
     issuer = issuer_of(jwt_stack)
     token = issuer.access_token("alice")
     resp, lines = jwt_stack.call(
-        CHAT, {**BODY, "user": "pretending-to-be-bob"}, headers={"authorization": f"Bearer {token}"}
+        CHAT,
+        {**BODY, "user": "pretending-to-be-bob", "safety_identifier": "also-bob"},
+        headers={"authorization": f"Bearer {token}"},
     )
     assert resp.status == 200 and resp.data_events()[-1] == "[DONE]"
     (log,) = [line.data for line in logs(lines)]
@@ -64,6 +66,7 @@ def test_a_signed_in_caller_streams_is_logged_and_is_the_upstream_user(jwt_stack
     assert (log["caller"], log["caller_client_id"], log["caller_username"]) == (sub, issuer.client_id, "alice")
     (sent,) = upstream_requests(jwt_stack)
     assert sent["user"] == sub, "the verified caller replaces the client's own `user`"
+    assert sent["safety_identifier"] == sub, "and its safety_identifier, OpenAI's newer name for the same"
     assert not any(token in str(line.data) for line in lines), "a token is never logged"
 
 

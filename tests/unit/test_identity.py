@@ -10,11 +10,21 @@ from typing import Any
 
 import jwt
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from sagestream.config import Config
 from sagestream.errors import APIError
 from sagestream.identity import JwtVerifier, SigningKeys
 from sagestream_local.oidc import LocalIssuer, SigningKey
+
+# One verifier for the fuzz examples (its init fetches the keys once).
+FUZZED: dict[str, JwtVerifier] = {}
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=10),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=10,
+)
 
 
 class Clock:
@@ -219,6 +229,14 @@ REFUSALS = {
     "tampered payload": _tampered_payload,
     "tampered signature": _tampered_signature,
     "garbage": lambda i: "not-a-jwt",
+    # Issue 32's probe: header fields and claims of the wrong type were used before their types were checked.
+    "alg a list": lambda i: f"{b64({'alg': ['RS256'], 'kid': i.keys[0].kid})}.{b64(i.access_claims('alice'))}.x",
+    "alg an object": lambda i: f"{b64({'alg': {'a': 1}})}.{b64(i.access_claims('alice'))}.x",
+    "header nested 10,000 deep": lambda i: f"{b64(b'[' * 10_000 + b']' * 10_000)}.{b64({})}.x",
+    "aud a list of lists": lambda i: i.access_token(aud=[["x"]]),
+    "client_id a list": lambda i: i.access_token(aud=None, client_id=["x"]),
+    "client_id an object": lambda i: i.access_token(aud=None, client_id={"x": 1}),
+    "sub an object": lambda i: i.access_token(sub={"id": 1}),
 }
 
 
@@ -284,3 +302,21 @@ def test_a_cognito_pool_signs_out_on_its_sign_in_domain() -> None:
     verifier = JwtVerifier(config, fetch=lambda url: jwks if url.endswith("jwks.json") else discovery)
     sign_in = verifier.page_sign_in("client")
     assert sign_in is not None and sign_in["end_session_endpoint"] == domain + "/logout"
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(header=st.binary(max_size=300), payload=st.binary(max_size=300), signature=st.binary(max_size=100))
+def test_any_bytes_in_any_segment_are_a_401_never_another_exception(
+    issuer: LocalIssuer, header: bytes, payload: bytes, signature: bytes
+) -> None:
+    verifier = FUZZED.get("verifier") or FUZZED.setdefault("verifier", verifier_for(issuer)[0])
+    for token in (f"{b64(header)}.{b64(payload)}.{b64(signature)}", f"{b64(header)}.{b64(payload)}"):
+        assert refusal(verifier, token).status == 401
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(header=st.dictionaries(st.sampled_from(["alg", "kid", "typ", "crit"]), JSON_VALUES, max_size=4))
+def test_any_json_header_is_a_401_never_another_exception(issuer: LocalIssuer, header: dict[str, Any]) -> None:
+    verifier = FUZZED.get("verifier") or FUZZED.setdefault("verifier", verifier_for(issuer)[0])
+    token = f"{b64(header)}.{b64(issuer.access_claims('alice'))}.{b64(b'sig')}"
+    assert refusal(verifier, token).status == 401
