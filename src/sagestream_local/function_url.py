@@ -43,11 +43,10 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from http import HTTPStatus
-from http.server import ThreadingHTTPServer
 from typing import Any
 
 from sagestream.function_url import MAX_REQUEST_BYTES, Prelude, PreludeError, build_event
-from sagestream_local.runtime_api import ClientGone, FunctionError, Invocation, NoDelayHandler, Pool
+from sagestream_local.runtime_api import ClientGone, FunctionError, Invocation, NoDelayHandler, Pool, QuietServer
 
 _LAMBDA_ERROR = b'{"Message":"Internal Server Error"}'
 _DRAIN_LIMIT = 64 * 1024 * 1024
@@ -426,7 +425,7 @@ def _client_state(sock: socket.socket) -> str:
     return "data" if data else "half-closed"
 
 
-class _FrontServer(ThreadingHTTPServer):
+class _FrontServer(QuietServer):
     daemon_threads = True
     allow_reuse_address = True
     # socketserver listens with a backlog of 5: a burst of clients (64 streams for one environment, K at
@@ -461,14 +460,6 @@ class _FrontServer(ThreadingHTTPServer):
     def _release_connection(self) -> None:
         with self._counting:
             self._connections -= 1
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        error = sys.exc_info()[1]
-        if isinstance(error, ConnectionError):
-            # A client that resets its connection (an idle keep-alive one, most often) is normal life.
-            logger.debug("client %s: %r", client_address, error)
-            return
-        super().handle_error(request, client_address)
 
 
 def _refuse_connection(sock: socket.socket) -> None:

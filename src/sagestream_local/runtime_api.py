@@ -39,6 +39,7 @@ import contextlib
 import errno
 import itertools
 import json
+import logging
 import os
 import queue
 import select
@@ -163,6 +164,18 @@ class Invocation:
                 # stopped reading) would otherwise wait on zero-window probes to a closed socket for a minute.
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                 sock.shutdown(socket.SHUT_RDWR)
+
+
+class QuietServer(ThreadingHTTPServer):
+    """A local server for which a client resetting its connection (an idle keep-alive one, most often) is normal
+    life: noted at debug level, never a traceback on stderr."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        error = sys.exc_info()[1]
+        if isinstance(error, ConnectionError):
+            logging.getLogger(__name__).debug("client %s: %r", client_address, error)
+            return
+        super().handle_error(request, client_address)
 
 
 class NoDelayHandler(BaseHTTPRequestHandler):

@@ -496,3 +496,22 @@ def test_the_standalone_cli_offers_every_scenario_field_as_a_flag() -> None:
         "--" + f.name.replace("_", "-") for f in dataclasses.fields(Scenario) if getattr(defaults, f.name) is not None
     }
     assert [flag for flag in sorted(flags) if flag not in help_text] == []
+
+
+def test_a_client_resetting_a_kept_alive_connection_leaves_no_traceback(
+    sim: SimulatedEndpoint, capfd: pytest.CaptureFixture[str]
+) -> None:
+    import socket
+    import struct
+    from urllib.parse import urlsplit
+
+    address = urlsplit(sim.url)
+    for _ in range(3):
+        conn = socket.create_connection((address.hostname, address.port))
+        conn.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
+        conn.recv(65536)  # the answer; the connection stays open for the next request
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        conn.close()  # a reset, as an idle pooled connection gets from a client that exits
+    time.sleep(0.3)
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "ConnectionResetError" not in err, err

@@ -42,7 +42,7 @@ import time
 import uuid
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any, NoReturn
 from urllib.parse import unquote
 
@@ -62,12 +62,13 @@ from sagestream_local.endpoint.generation import generate
 from sagestream_local.endpoint.payload_parts import Piece, pieces
 from sagestream_local.endpoint.records import Outcome, Record, TokenSend
 from sagestream_local.endpoint.scenario import Scenario
+from sagestream_local.runtime_api import QuietServer
 
 # How many PrefixAwareIds the simulated instance keeps the prefixes of (its KV cache, least recently used out).
 PREFIX_CACHE_IDS = 1024
 
 
-class _Server(ThreadingHTTPServer):
+class _Server(QuietServer):
     daemon_threads = True
     allow_reuse_address = False
     # One environment with K invocation loops calls the endpoint K times at once, over new connections;
