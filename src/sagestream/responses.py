@@ -185,6 +185,11 @@ def _echo(request: ResponseCreateRequest) -> dict[str, Any]:
     }
 
 
+def _wants_summary(request: ResponseCreateRequest) -> bool:
+    """Whether the request asked for reasoning summaries (``reasoning.summary``, or its older name)."""
+    return bool(request.reasoning and (request.reasoning.summary or request.reasoning.generate_summary))
+
+
 def _echoed_tool(tool: dict[str, Any]) -> dict[str, Any]:
     """A tool as the response repeats it: a function tool always says whether it is ``strict`` (false unless the
     client asked: the container is not made to enforce a schema it was not asked to)."""
@@ -285,7 +290,7 @@ class ResponsesEncoder:
         self._sealed_reasoning = "reasoning.encrypted_content" in (request.include or ())
         # reasoning.summary asked for: the reasoning also goes out as the item's summary (the whole text: no
         # container writes a summary), for the clients that read only summaries (the Vercel provider, LangChain).
-        self._summaries = bool(request.reasoning and (request.reasoning.summary or request.reasoning.generate_summary))
+        self._summaries = _wants_summary(request)
         # While a message is open: its text-delta event with %d for the sequence number and %s for the text,
         # and the list its text goes to.
         self._text_event: bytes | None = None
@@ -657,9 +662,7 @@ def response_json(
         item: dict[str, Any] = {
             "id": _new_id("rs_"),
             "type": "reasoning",
-            "summary": [{"type": "summary_text", "text": reasoning}]
-            if request.reasoning and (request.reasoning.summary or request.reasoning.generate_summary)
-            else [],
+            "summary": [{"type": "summary_text", "text": reasoning}] if _wants_summary(request) else [],
             "content": [{"type": "reasoning_text", "text": reasoning}],
             "status": item_status,
         }
