@@ -23,6 +23,7 @@ import pytest
 from sagestream_local.stack import SIM_ENDPOINT_NAME, LocalStack
 from tests.e2e.conftest import GetStack
 from tests.e2e.test_anthropic_clients import loopback
+from tests.e2e.test_relay import model_text
 
 ROOT = Path(__file__).resolve().parents[2]
 CLAUDE = ROOT / "tests" / "node" / "node_modules" / ".bin" / "claude"
@@ -75,8 +76,7 @@ def test_a_turn_completes_with_the_models_text(keyed: LocalStack, tmp_path: Path
     result = claude(keyed, tmp_path, "Say hello")
     assert result["is_error"] is False and result["subtype"] == "success", result
     assert keyed.endpoint is not None and keyed.endpoint.records, "the local endpoint served nothing"
-    record = keyed.endpoint.records[-1]
-    assert result["result"] == "".join(t.text for t in record.tokens if not t.special)
+    assert result["result"] == model_text(keyed)
 
 
 def test_a_tool_call_round_trip(keyed: LocalStack, tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ import pytest
 from sagestream_local.stack import SIM_ENDPOINT_NAME, LocalStack
 from tests.e2e.conftest import GetStack
 from tests.e2e.test_anthropic_clients import loopback
+from tests.e2e.test_relay import model_text
 
 ROOT = Path(__file__).resolve().parents[2]
 CODEX = ROOT / "tests" / "node" / "node_modules" / ".bin" / "codex"
@@ -77,8 +78,7 @@ def served(stack: LocalStack) -> list[dict[str, Any]]:
 def test_a_turn_completes_with_the_models_text(keyed: LocalStack, tmp_path: Path) -> None:
     printed = codex(keyed, tmp_path, "Say hello")
     assert keyed.endpoint is not None and keyed.endpoint.records, "the local endpoint served nothing"
-    record = keyed.endpoint.records[-1]
-    assert "".join(t.text for t in record.tokens if not t.special).strip() in printed
+    assert model_text(keyed).strip() in printed
     (sent,) = served(keyed)
     offered = {tool["function"]["name"] for tool in sent["tools"]}
     assert "exec_command" in offered and any(name.startswith("multi_agent_v1__") for name in offered)

@@ -31,7 +31,9 @@ def content_of(resp: StreamedResponse) -> str:
 def model_text(stack: LocalStack) -> str:
     """What the simulated model generated for the last request: the tokens it sent, special ones dropped."""
     assert stack.endpoint is not None
-    record = stack.endpoint.records[-1]
+    last = stack.endpoint.records[-1]
+    # The relay may end at the model's last event before the endpoint's thread has noted that token's send.
+    record = stack.endpoint.wait_for_record(lambda r: r is last and r.outcome != "streaming")
     return "".join(t.text for t in record.tokens if not t.special)
 
 
