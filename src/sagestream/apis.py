@@ -61,6 +61,8 @@ class Parsed:
     noops: tuple[str, ...] = ()
     # Headers the answer carries because of this request (the Responses API's tools it did not offer the model).
     headers: Mapping[str, str] = field(default_factory=dict)
+    # What to do with the answer once the client has it whole (its bytes): the Responses API stores it.
+    finish: Callable[[bytes], None] | None = None
 
     @property
     def stream(self) -> bool:
@@ -105,9 +107,9 @@ class ClientAPI(Protocol):
         of the headers accepted as documented no-ops otherwise (counted in the record, as :attr:`Parsed.noops`)."""
         ...
 
-    def parse(self, raw: bytes, cfg: Config) -> Parsed:
+    def parse(self, raw: bytes, cfg: Config, caller: str = "") -> Parsed:
         """The body read into the API's request model and translated; :class:`APIError` (400) naming the field
-        at fault otherwise."""
+        at fault otherwise. ``caller``: who asks (API key, token subject or IAM principal), for what is theirs."""
         ...
 
     def encoder(self, parsed: Parsed, cfg: Config) -> StreamEncoder:
@@ -132,7 +134,7 @@ class OpenAICompletions:
     def check_headers(self, headers: Mapping[str, str]) -> tuple[str, ...]:
         return ()  # OpenAI's headers (organization, project, beta) ask nothing of the relay
 
-    def parse(self, raw: bytes, cfg: Config) -> Parsed:
+    def parse(self, raw: bytes, cfg: Config, caller: str = "") -> Parsed:
         parse = parse_chat if self.kind == "chat" else parse_completion
         request = parse(
             raw,

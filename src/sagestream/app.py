@@ -39,7 +39,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from importlib import resources
 from typing import TYPE_CHECKING, Any
@@ -48,7 +48,7 @@ from snapshot_restore_py import register_after_restore
 
 from sagestream import dialects, routing, upstream
 from sagestream.apis import CHAT, COMPLETIONS, ClientAPI, Parsed
-from sagestream.auth import Authenticator, requires_key
+from sagestream.auth import Authenticator, presented_keys, requires_key
 from sagestream.config import Config
 from sagestream.dialects import Delta
 from sagestream.errors import APIError
@@ -127,6 +127,7 @@ class Request:
     body: bytes
     url_request_id: str | None = None
     caller: str | None = None  # the signing IAM principal, when the Function URL checked one
+    query: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_event(cls, event: Mapping[str, Any]) -> Request:
@@ -140,6 +141,7 @@ class Request:
             body=event_body(event),
             url_request_id=context.get("requestId"),
             caller=iam.get("userArn") or None,
+            query={str(k): str(v) for k, v in (event.get("queryStringParameters") or {}).items()},
         )
 
 
@@ -321,6 +323,9 @@ class App:
                     code="model_not_found",
                     param="model",
                 )
+            if path.startswith("/v1/responses/") and self.config.responses_store != "none":
+                self._stored_response(call, path.removeprefix("/v1/responses/"))
+                return
             if path.startswith("/v1/responses/"):
                 # GET/DELETE /v1/responses/{id} (and its input_items, cancel): there is no store to look in.
                 raise APIError.not_found(
@@ -431,7 +436,7 @@ class App:
         cfg = self._target(model) if readable else self.config
         record.model, record.endpoint, record.dialect = cfg.model_id, cfg.endpoint_name, cfg.dialect
         record.noted(api.check_headers(call.request.headers))
-        parsed = api.parse(raw, cfg)
+        parsed = api.parse(raw, cfg, self._owner(call))
         record.noted(parsed.noops)
         req = parsed.request
         record.streamed = bool(req.stream)
@@ -462,6 +467,56 @@ class App:
                 self._stream(call, cfg, api, parsed, payload)
             else:
                 self._whole(call, cfg, api, parsed, payload)
+
+    def _stored_response(self, call: Call, rest: str) -> None:
+        """``GET`` / ``DELETE /v1/responses/{id}`` and ``GET /v1/responses/{id}/input_items``: the caller's own."""
+        from sagestream import stored
+        from sagestream.store import StoreError, owner_of
+
+        response_id, _, tail = rest.partition("/")
+        method = call.request.method
+        allowed = {"": ("GET", "HEAD", "DELETE"), "input_items": ("GET", "HEAD")}.get(tail)
+        if allowed is None or not response_id:
+            raise APIError.not_found(f"Unknown path {call.request.path}.", code="unknown_url")
+        if method not in allowed:
+            raise APIError.method_not_allowed(method, call.request.path, ", ".join(allowed))
+        call.writer.head = method == "HEAD"
+        store, owner = stored.store_for(self.config), owner_of(self._owner(call))
+        assert store is not None
+        try:
+            if method == "DELETE":
+                if not store.delete(response_id, owner):
+                    raise stored.not_found(response_id)
+                call.writer.json({"id": response_id, "object": "response.deleted", "deleted": True})
+                return
+            found = store.get(response_id, owner)
+        except StoreError as exc:
+            raise stored.unavailable(exc) from exc
+        if found is None:
+            raise stored.not_found(response_id)
+        call.writer.json(found.response if not tail else stored.input_items_page(found.input_items, call.request.query))
+
+    def _owner(self, call: Call) -> str:
+        """Who is asking, as what they keep is kept by (stored responses): the token's issuer and subject, the
+        API key, the signing IAM principal; with ``AUTH_MODE=none`` everyone is one caller."""
+        if call.identity is not None:
+            return f"jwt:{self.config.jwt_issuer}:{call.identity.sub}"
+        if self.config.auth_mode == "api_key":
+            return "key:" + ",".join(sorted(presented_keys(call.request.headers)))
+        if call.request.caller:
+            return "iam:" + call.request.caller
+        return "anyone"
+
+    def _finish(self, call: Call, parsed: Parsed, answer: bytes | None) -> None:
+        """After the answer has reached the client whole: what the route keeps of it (stored responses)."""
+        if parsed.finish is None or answer is None:
+            return
+        try:
+            parsed.finish(answer)
+            call.record.stored = True
+        except Exception:
+            call.record.stored = False
+            logger.exception("keeping the answer failed")
 
     @staticmethod
     def _upstream_ids(call: Call, cfg: Config, prompt_cache_key: str | None) -> UpstreamIds:
@@ -529,6 +584,7 @@ class App:
         data = api.whole(answer, parsed, cfg)
         call.record.wrote(answer, b"")  # a whole answer has no first delta or cadence
         call.writer.write(data, 200, {**JSON_HEADERS, **parsed.headers})
+        self._finish(call, parsed, data)
 
     def _stream(self, call: Call, cfg: Config, api: ClientAPI, parsed: Parsed, payload: bytes) -> None:
         """Open the upstream stream and write each delta the moment it is decoded."""
@@ -552,6 +608,8 @@ class App:
                     record.wrote(item, data, read_at=parts.read_at)
                 elif item is KEEPALIVE:
                     record.keepalives += 1
+        # The Responses encoder's last whole response object (none after a failure): kept once it was sent.
+        self._finish(call, parsed, getattr(encoder, "final", None))
 
 
 # The request field the call carries as SageMaker's PrefixAwareId when prefix-aware routing is on.

@@ -234,6 +234,10 @@ class Config:
     # The OIDC client the chat page signs in with (a public client: no secret; code flow with PKCE).
     jwt_page_client_id: str | None = None
     log_payloads: bool = False
+    responses_store: str = "none"
+    responses_table: str | None = None
+    responses_ttl_days: int = 30
+    responses_max_chain: int = 100
     tracing: bool = False
     # prompt_cache_key becomes SageMaker's PrefixAwareId (sagestream.routing): for prefix-aware endpoints.
     prefix_aware_routing: bool = False
@@ -286,6 +290,7 @@ class Config:
             )
         check_extra_request_fields(values["EXTRA_REQUEST_FIELDS"])
         check_api_key_mode(values)
+        check_responses_store(values)
         fields["jwt_audience"], fields["jwt_page_client_id"] = jwt_clients(values, fetch_parameter)
         check_jwt_mode(values, fields["jwt_audience"])
         fields["tracing"] = not values["POWERTOOLS_TRACE_DISABLED"]
@@ -363,6 +368,12 @@ def check_api_key_mode(values: Mapping[str, Any]) -> None:
             "AUTH_MODE=api_key needs API_KEYS_PARAMETER (an SSM SecureString or a Secrets Manager secret "
             "holding the keys), or API_KEYS for a local run"
         )
+
+
+def check_responses_store(values: Mapping[str, Any]) -> None:
+    """``RESPONSES_STORE=dynamodb`` needs its table."""
+    if values["RESPONSES_STORE"] == "dynamodb" and not values["RESPONSES_TABLE"]:
+        raise ConfigError("RESPONSES_STORE=dynamodb needs RESPONSES_TABLE, the table stored responses are kept in")
 
 
 def jwt_clients(values: Mapping[str, Any], fetch_parameter: Callable[[str], str]) -> tuple[tuple[str, ...], str | None]:

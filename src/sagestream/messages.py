@@ -127,7 +127,7 @@ class MessagesAPI:
         # (messages_request), one it does not use changes nothing. Any value is accepted, and counted.
         return ("anthropic-beta",) if headers.get("anthropic-beta", "").strip() else ()
 
-    def parse(self, raw: bytes, cfg: Config) -> Parsed:
+    def parse(self, raw: bytes, cfg: Config, caller: str = "") -> Parsed:
         from sagestream import messages_request  # on first use: see its docstring
 
         return messages_request.parse(messages_request.body_of(raw), cfg)

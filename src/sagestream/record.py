@@ -161,6 +161,7 @@ class StreamRecord:
     error_code: str | None = None
     client_disconnected: bool = False
     deadline_stop: bool = False
+    stored: bool | None = None  # a Responses answer kept in the store (None: not asked to be)
     keepalives: int = 0  # SSE comments written while the endpoint was silent (SSE_KEEPALIVE_S)
     prompt: Any = None  # the request's messages or prompt, kept only when LOG_PAYLOADS=true
     completion: list[str] | None = None  # the answer's text, kept only when LOG_PAYLOADS=true

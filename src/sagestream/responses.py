@@ -163,13 +163,13 @@ def _echo(request: ResponseCreateRequest) -> dict[str, Any]:
         "max_output_tokens": request.max_output_tokens,
         "metadata": dict(request.metadata or {}),
         "parallel_tool_calls": True if request.parallel_tool_calls is None else request.parallel_tool_calls,
-        "previous_response_id": None,
+        "previous_response_id": request._previous_response_id,
         "reasoning": {"effort": reasoning.get("effort"), "summary": reasoning.get("summary")},
         "safety_identifier": request.safety_identifier,
         "prompt_cache_key": request.prompt_cache_key,
         "service_tier": "default",  # there is one tier: the endpoint's
         "max_tool_calls": None,  # no hosted tools run here (a request's own is refused)
-        "store": False,  # whatever was asked: nothing is kept
+        "store": request._stored,  # kept only with a store, and unless the request said store: false
         # The sampling the request asked for, OpenAI's defaults where it asked none (the container's own
         # defaults, from the model's generation config, may differ: it is not asked).
         "temperature": 1.0 if request.temperature is None else request.temperature,
@@ -272,6 +272,7 @@ class ResponsesEncoder:
         self.id = id if id is not None else _new_id("resp_")
         self.created_at = created_at if created_at is not None else int(time.time())
         self.usage: Usage | None = None
+        self.final: bytes | None = None  # the response object as the client last got it whole (not a failed one)
         self._echo = _echo(request)
         from sagestream.responses_request import namespaced_tools  # loaded by the request's parse already
 
@@ -625,7 +626,8 @@ class ResponsesEncoder:
         out = self._close("completed")
         status, reason = _ending(self._finish)
         kind = "response.completed" if status == "completed" else "response.incomplete"
-        return out + self._lifecycle(kind, self._snapshot(status, incomplete=reason))
+        self.final = self._snapshot(status, incomplete=reason)
+        return out + self._lifecycle(kind, self.final)
 
     def error(self, err: APIError) -> bytes:
         """After the first byte: the deadline as ``response.incomplete``; any other fault as OpenAI's ``error``
@@ -633,9 +635,8 @@ class ResponsesEncoder:
         if err.code == DEADLINE_EXCEEDED:
             # The relay closed the answer with finish_reason "length" first: what was written stays correct.
             out = self._close("incomplete")
-            return out + self._lifecycle(
-                "response.incomplete", self._snapshot("incomplete", incomplete="max_output_tokens")
-            )
+            self.final = self._snapshot("incomplete", incomplete="max_output_tokens")
+            return out + self._lifecycle("response.incomplete", self.final)
         out = self._close("incomplete")
         out += self._event("error", {"code": err.code, "message": err.message, "param": err.param})
         code = "rate_limit_exceeded" if err.status == 429 else "server_error"
@@ -717,10 +718,24 @@ class ResponsesAPI:
     def check_headers(self, headers: Mapping[str, str]) -> tuple[str, ...]:
         return ()  # OpenAI's headers (organization, project, beta) ask nothing of the relay
 
-    def parse(self, raw: bytes, cfg: Config) -> Parsed:
+    def parse(self, raw: bytes, cfg: Config, caller: str = "") -> Parsed:
         # Here, not at import: the request models are the Responses API's own, built by its first request.
         from sagestream.responses_request import parse_responses, renamed, unoffered_tools
 
+        previous, depth = None, 0
+        # Only a continuation reads the store (and the body twice) before the answer; any other request, nothing.
+        if cfg.responses_store != "none" and b"previous_response_id" in raw:
+            from sagestream import stored
+
+            try:
+                data = json.loads(raw)
+            except (ValueError, RecursionError):
+                data = None  # the parser refuses it, in its words
+            if isinstance(data, dict) and "previous_response_id" in data:
+                previous = data["previous_response_id"]
+                data, continues = stored.continued(data, cfg, caller)
+                depth = continues.depth
+                raw = json.dumps(data, ensure_ascii=False).encode()
         request, chat, origins = parse_responses(
             raw,
             max_tokens_limit=cfg.max_tokens_limit,
@@ -732,8 +747,22 @@ class ResponsesAPI:
             f"tools.{kind}" for kind in unoffered
         )
         headers = {UNOFFERED_HEADER: ", ".join(unoffered)} if unoffered else {}
+        finish = None
+        if cfg.responses_store != "none" and request.store is not False:
+            from sagestream import stored
+
+            request._previous_response_id = previous if isinstance(previous, str) else None
+            request._stored = True
+            finish = functools.partial(stored.save, cfg, caller, request_body=raw, depth=depth + 1)
         # The dialect's refusals (raised where app builds the body) name the Responses field the client sent.
-        return Parsed(chat, request, rename=functools.partial(renamed, origins=origins), noops=noops, headers=headers)
+        return Parsed(
+            chat,
+            request,
+            rename=functools.partial(renamed, origins=origins),
+            noops=noops,
+            headers=headers,
+            finish=finish,
+        )
 
     def encoder(self, parsed: Parsed, cfg: Config) -> ResponsesEncoder:
         return ResponsesEncoder(parsed.original, model=cfg.model_id, pad_bytes=cfg.sse_pad_bytes)

@@ -265,6 +265,9 @@ class ResponseCreateRequest(StrictModel):
     image: dict[str, Any] | None = None
 
     _vendor_fields: dict[str, Any] = PrivateAttr(default_factory=dict)
+    # With a store: the stored response this request continues, and whether its own answer is stored.
+    _previous_response_id: str | None = PrivateAttr(default=None)
+    _stored: bool = PrivateAttr(default=False)
 
     def sent(self) -> dict[str, Any]:
         data = self.model_dump(mode="json", exclude_unset=True, by_alias=True)

@@ -420,6 +420,42 @@ SETTINGS: tuple[Setting, ...] = (
         read_by="the Function URL's CORS (locally `sagestream_local.cors`)",
     ),
     Setting(
+        "RESPONSES_STORE",
+        "choice",
+        "where the Responses API keeps responses (`store`, `previous_response_id`, `GET /v1/responses/{id}`): "
+        "`none` keeps nothing (the function is stateless and says so), `dynamodb` the table `RESPONSES_TABLE` "
+        "(see [Stored responses](api.md#stored-responses))",
+        default="none",
+        field="responses_store",
+        template_parameter="ResponsesStore",
+        choices=("none", "dynamodb"),
+        default_doc="`none` (`dynamodb` under `make run`)",
+    ),
+    Setting(
+        "RESPONSES_TABLE",
+        "text",
+        "`RESPONSES_STORE=dynamodb`: the DynamoDB table (the template makes it)",
+        field="responses_table",
+    ),
+    Setting(
+        "RESPONSES_TTL_DAYS",
+        "whole",
+        "how long a stored response is kept, in days (DynamoDB's TTL deletes it later; reads stop at once)",
+        default=30,
+        field="responses_ttl_days",
+        template_parameter="ResponsesTtlDays",
+        minimum=1,
+    ),
+    Setting(
+        "RESPONSES_MAX_CHAIN",
+        "whole",
+        "the most responses one `previous_response_id` chain may hold; a request past it is a 400 naming "
+        "`previous_response_id`",
+        default=100,
+        field="responses_max_chain",
+        minimum=1,
+    ),
+    Setting(
         "LOG_PAYLOADS",
         "flag",
         "put prompts and completions in the log record",

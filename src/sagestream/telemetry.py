@@ -156,6 +156,8 @@ def invocation_fields(
     }
     if record.keepalives:
         fields["keepalives"] = record.keepalives
+    if record.stored is not None:
+        fields["stored"] = record.stored
     if record.noops:
         fields["noops"] = dict(record.noops)  # what clients send that cannot change the answer, counted
     if config.auth_mode in ("iam", "jwt") and record.caller:
@@ -201,6 +203,8 @@ def invocation_metrics(
         main.add_metric("StreamDuration", ms, (ended - record.started) * 1000)
     main.add_metric("ClientDisconnects", MetricUnit.Count, int(record.client_disconnected))
     main.add_metric("DeadlineStops", MetricUnit.Count, int(record.deadline_stop))
+    if record.stored is not None:
+        main.add_metric("StoreFailures", MetricUnit.Count, int(not record.stored))
     main.add_metadata("function_request_id", request_id)
     blobs.append(dict(main.serialize_metric_set()))
     if record.upstream_started is not None and record.error_code and record.error_code != DEADLINE_EXCEEDED:

@@ -48,6 +48,9 @@ def main(argv: list[str] | None = None) -> int:
     signal.set_wakeup_fd(wake_write, warn_on_full_buffer=False)
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, _ignore)
+    # The Responses API keeps its responses by default under make run (previous_response_id, GET), in moto's
+    # DynamoDB on loopback; RESPONSES_STORE=none runs it stateless, as a deployment without a store is.
+    os.environ.setdefault("RESPONSES_STORE", "dynamodb")
     stack = LocalStack(
         port=args.port,
         concurrency=args.concurrency,

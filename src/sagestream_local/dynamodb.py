@@ -12,6 +12,7 @@ Example::
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 TABLE = "sagestream-responses"
@@ -30,10 +31,14 @@ class LocalDynamoDB:
         self.url = ""
 
     def start(self) -> LocalDynamoDB:
+        logging.getLogger("werkzeug").setLevel(logging.WARNING)  # not a line per request on the terminal
         self._server.start()
         host, port = self._server.get_host_and_port()
         self.url = f"http://{host}:{port}"
-        self.client().create_table(
+        client = self.client()
+        if self.table in client.list_tables()["TableNames"]:
+            return self  # moto keeps one set of tables per process: a second server in it serves the same
+        client.create_table(
             TableName=self.table,
             KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}, {"AttributeName": "part", "KeyType": "RANGE"}],
             AttributeDefinitions=[

@@ -29,6 +29,7 @@ from types import TracebackType
 from typing import IO, Any
 
 from sagestream_local.cors import Cors
+from sagestream_local.dynamodb import LocalDynamoDB
 from sagestream_local.endpoint import Scenario, SimulatedEndpoint
 from sagestream_local.function_url import IDLE_TIMEOUT_S, FunctionURL
 from sagestream_local.oidc import LocalIssuer
@@ -76,6 +77,10 @@ class LocalStack:
             self.env.setdefault("JWT_AUDIENCE", self.issuer.audience)
             self.env.setdefault("JWT_REQUIRED_SCOPES", self.issuer.scope)
             self.env.setdefault("JWT_PAGE_CLIENT_ID", self.issuer.client_id)
+        # RESPONSES_STORE=dynamodb with no DynamoDB named: the Responses API keeps its responses in moto's server.
+        self.dynamodb: LocalDynamoDB | None = None
+        if (merged.get("RESPONSES_STORE") or "").lower() == "dynamodb" and not merged.get("AWS_ENDPOINT_URL_DYNAMODB"):
+            self.dynamodb = LocalDynamoDB()
         self.endpoint: SimulatedEndpoint | None = None
         upstream = (upstream or merged.get("UPSTREAM") or "").lower()
         if upstream != "simulated" and merged.get("AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME"):
@@ -111,6 +116,12 @@ class LocalStack:
         return self.front.url
 
     def start(self) -> LocalStack:
+        if self.dynamodb is not None:
+            self.dynamodb.start()
+            self.env.update(self.dynamodb.function_env())
+            self.env.setdefault("AWS_ACCESS_KEY_ID", "local")  # moto checks no credential; botocore needs one
+            self.env.setdefault("AWS_SECRET_ACCESS_KEY", "local")
+            self.env["NO_PROXY"] = ",".join(filter(None, [os.environ.get("NO_PROXY"), "127.0.0.1", "localhost"]))
         if self.issuer is not None:  # before the runtime processes: their init fetches its keys
             self.issuer.start()
             self.env["JWT_ISSUER"] = self.issuer.url
@@ -147,6 +158,8 @@ class LocalStack:
             self.endpoint.stop()
         if self.issuer is not None:
             self.issuer.stop()
+        if self.dynamodb is not None:
+            self.dynamodb.stop()
 
     def __enter__(self) -> LocalStack:
         return self.start()

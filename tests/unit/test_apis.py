@@ -45,7 +45,7 @@ class Bracketed:
     def check_headers(self, headers: Any) -> tuple[str, ...]:
         return ()
 
-    def parse(self, raw: bytes, cfg: Config) -> Parsed:
+    def parse(self, raw: bytes, cfg: Config, caller: str = "") -> Parsed:
         return Parsed(CHAT.parse(raw, cfg).request, original="mine")
 
     def encoder(self, parsed: Parsed, cfg: Config) -> BracketEncoder:

@@ -1,0 +1,79 @@
+"""``ResponsesStore=dynamodb`` through both transforms as CloudFormation runs them: a table laid out as
+sagestream.store reads it, and a role that may do only what the store does, on that table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.cfn import load_template
+from tests.deploy.conftest import ROOT, sam_lint, with_defaults
+from tests.deploy.test_template import _deployed, _of_type, _statements
+
+
+def test_no_store_by_default(sam: Path) -> None:
+    resources = _deployed(sam)
+    # Left to CloudFormation's condition, false with the defaults: no table is made.
+    assert [t["Condition"] for t in _of_type(resources, "AWS::DynamoDB::Table")] == ["StoresResponses"]
+    variables = resources["SageStreamFunction"]["Properties"]["Environment"]["Variables"]
+    assert variables["RESPONSES_STORE"] == "none" and variables["RESPONSES_TABLE"] == ""
+
+
+def test_the_store_is_one_on_demand_table_with_ttl_that_the_function_may_only_read_write_and_delete(
+    sam: Path,
+) -> None:
+    resources = _deployed(sam, ResponsesStore="dynamodb", ResponsesTtlDays=7)
+    (table,) = _of_type(resources, "AWS::DynamoDB::Table")
+    properties = table["Properties"]
+    assert properties["BillingMode"] == "PAY_PER_REQUEST"
+    assert properties["KeySchema"] == [
+        {"AttributeName": "id", "KeyType": "HASH"},
+        {"AttributeName": "part", "KeyType": "RANGE"},
+    ]
+    assert properties["TimeToLiveSpecification"] == {"AttributeName": "expires_at", "Enabled": True}
+    variables = resources["SageStreamFunction"]["Properties"]["Environment"]["Variables"]
+    assert variables["RESPONSES_STORE"] == "dynamodb" and variables["RESPONSES_TTL_DAYS"] == 7
+    assert variables["RESPONSES_TABLE"] == {"Ref": "ResponsesTable"}
+    policies = resources["SageStreamFunctionRole"]["Properties"]["Policies"]
+    statements = [s for p in policies for s in p["PolicyDocument"]["Statement"]]
+    dynamo = [s for s in statements if any(str(a).startswith("dynamodb:") for a in s["Action"])]
+    (keep,) = dynamo
+    assert sorted(keep["Action"]) == ["dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query"]
+    assert keep["Resource"] == {"Fn::GetAtt": ["ResponsesTable", "Arn"]}
+
+
+def test_a_customer_key_encrypts_the_table_and_is_usable_only_through_dynamodb(sam: Path) -> None:
+    key = "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+    resources = _deployed(sam, ResponsesStore="dynamodb", ResponsesKmsKeyArn=key)
+    (table,) = _of_type(resources, "AWS::DynamoDB::Table")
+    assert table["Properties"]["SSESpecification"] == {"SSEEnabled": True, "SSEType": "KMS", "KMSMasterKeyId": key}
+    policies = resources["SageStreamFunctionRole"]["Properties"]["Policies"]
+    (use,) = [
+        s
+        for p in policies
+        for s in p["PolicyDocument"]["Statement"]
+        if s.get("Sid") == "UseTheResponsesKeyThroughDynamoDB"
+    ]
+    assert use["Resource"] == key
+    assert use["Condition"] == {"StringEquals": {"kms:ViaService": "dynamodb.us-east-1.amazonaws.com"}}
+
+
+def test_the_store_statements_are_conditional_on_the_store() -> None:
+    function = load_template(ROOT / "template.yaml")["Resources"]["SageStreamFunction"]["Properties"]
+    store = [
+        (c, s)
+        for c, s in _statements(function)
+        if s.get("Sid") in ("KeepResponses", "UseTheResponsesKeyThroughDynamoDB")
+    ]
+    assert [c for c, _ in store] == ["StoresResponses", "ResponsesTableNeedsKms"]
+
+
+def test_sam_validate_lint_is_clean_with_the_store_on(sam: Path, tmp_path: Path) -> None:
+    defaults = {
+        "SnapStart": "true",
+        "ResponsesStore": "dynamodb",
+        "ResponsesKmsKeyArn": "arn:aws:kms:us-east-1:123456789012:key/abc",
+    }
+    on = tmp_path / "template.yaml"
+    on.write_text(with_defaults((ROOT / "template.yaml").read_text(), defaults))
+    result = sam_lint(sam, on)
+    assert result.returncode == 0, result.stdout + result.stderr

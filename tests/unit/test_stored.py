@@ -1,0 +1,84 @@
+"""The Responses API's stored responses over a store: continuing a response, the input items' pages, and the
+refusals (another caller's or an unknown id, a chain past its limit), with moto's DynamoDB on loopback."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from sagestream import stored
+from sagestream.config import Config
+from sagestream.errors import APIError
+from sagestream.store import owner_of
+from sagestream_local.dynamodb import LocalDynamoDB
+
+
+@pytest.fixture(scope="module")
+def cfg() -> Iterator[Config]:
+    with LocalDynamoDB() as db, pytest.MonkeyPatch.context() as env:
+        for name, value in {
+            "AWS_ENDPOINT_URL_DYNAMODB": db.url,
+            "AWS_ACCESS_KEY_ID": "local",
+            "AWS_SECRET_ACCESS_KEY": "local",
+            "AWS_DEFAULT_REGION": db.region,
+        }.items():
+            env.setenv(name, value)
+        stored._STORES.clear()
+        yield Config(endpoint_name="e", responses_store="dynamodb", responses_table=db.table, responses_max_chain=2)
+        stored._STORES.clear()
+
+
+def response(response_id: str, text: str) -> dict[str, Any]:
+    output = [
+        {
+            "id": "msg_" + response_id,
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": text}],
+        }
+    ]
+    return {"id": response_id, "object": "response", "output": output}
+
+
+def test_a_continuation_is_the_stored_input_its_output_then_the_new_input(cfg: Config) -> None:
+    store = stored.store_for(cfg)
+    assert store is not None
+    first_input = [{"type": "message", "role": "user", "content": "Hi"}]
+    store.put("resp_a", owner_of("key:k"), response("resp_a", "Hello"), first_input, depth=1)
+    data, continues = stored.continued({"previous_response_id": "resp_a", "input": "Again"}, cfg, "key:k")
+    assert "previous_response_id" not in data and continues.depth == 1
+    assert [item.get("role") for item in data["input"]] == ["user", "assistant", "user"]
+    assert data["input"][-1]["content"] == "Again"
+
+
+def test_another_callers_or_an_unknown_id_is_a_404_and_a_long_chain_a_400(cfg: Config) -> None:
+    store = stored.store_for(cfg)
+    assert store is not None
+    store.put("resp_deep", owner_of("key:k"), response("resp_deep", "x"), [], depth=2)
+    for owner, response_id, status in (
+        ("key:other", "resp_deep", 404),
+        ("key:k", "resp_none", 404),
+        ("key:k", "resp_deep", 400),
+    ):
+        with pytest.raises(APIError) as caught:
+            stored.continued({"previous_response_id": response_id, "input": "x"}, cfg, owner)
+        assert (caught.value.status, caught.value.param) == (status, "previous_response_id")
+
+
+def test_input_items_are_paged_as_openai_lists_them() -> None:
+    items = stored.with_item_ids([{"type": "message", "role": "user", "content": str(n)} for n in range(5)])
+    assert len({item["id"] for item in items}) == 5
+    first = stored.input_items_page(items, {"limit": "2"})
+    assert [i["content"] for i in first["data"]] == ["4", "3"] and first["has_more"]
+    rest = stored.input_items_page(items, {"after": first["last_id"], "limit": "10"})
+    assert [i["content"] for i in rest["data"]] == ["2", "1", "0"] and not rest["has_more"]
+    for bad, param in (({"limit": "0"}, "limit"), ({"order": "up"}, "order"), ({"after": "nope"}, "after")):
+        with pytest.raises(APIError) as caught:
+            stored.input_items_page(items, bad)
+        assert caught.value.param == param
+
+
+def test_no_store_configured_means_none() -> None:
+    assert stored.store_for(Config(endpoint_name="e")) is None
