@@ -553,16 +553,18 @@ def _clear_thinking(request: MessagesRequest) -> MessagesRequest:
             if isinstance(m, dict)
             and m.get("role") == "assistant"
             and isinstance(m.get("content"), list)
-            and any(isinstance(b, dict) and b.get("type") == "thinking" for b in m["content"])
+            and any(_is_thinking(b) for b in m["content"])
         ]
         cleared = set(thinking_turns[: max(0, len(thinking_turns) - count)])
         messages = [
-            {**m, "content": [b for b in m["content"] if not (isinstance(b, dict) and b.get("type") == "thinking")]}
-            if i in cleared
-            else m
+            {**m, "content": [b for b in m["content"] if not _is_thinking(b)]} if i in cleared else m
             for i, m in enumerate(messages)
         ]
     return request.model_copy(update={"messages": messages})
+
+
+def _is_thinking(block: Any) -> bool:
+    return isinstance(block, dict) and block.get("type") == "thinking"
 
 
 def _cache_hints(request: MessagesRequest) -> int:

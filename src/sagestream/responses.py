@@ -723,10 +723,11 @@ class ResponsesAPI:
         from sagestream.responses_request import parse_responses, renamed, unoffered_tools
 
         previous, depth = None, 0
+        keeps = cfg.responses_store != "none"
+        if keeps:
+            from sagestream import stored  # a deployment without a store never loads it
         # Only a continuation reads the store (and the body twice) before the answer; any other request, nothing.
-        if cfg.responses_store != "none" and b"previous_response_id" in raw:
-            from sagestream import stored
-
+        if keeps and b"previous_response_id" in raw:
             try:
                 data = json.loads(raw)
             except (ValueError, RecursionError):
@@ -748,9 +749,7 @@ class ResponsesAPI:
         )
         headers = {UNOFFERED_HEADER: ", ".join(unoffered)} if unoffered else {}
         finish = None
-        if cfg.responses_store != "none" and request.store is not False:
-            from sagestream import stored
-
+        if keeps and request.store is not False:
             request._previous_response_id = previous if isinstance(previous, str) else None
             request._stored = True
             finish = functools.partial(stored.save, cfg, caller, request_body=raw, depth=depth + 1)

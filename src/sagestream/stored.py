@@ -8,8 +8,8 @@ however long the chain. After the answer has been written whole (``response.comp
 false``; a failed write is logged and counted, never delayed onto a token. Every read and delete is the
 caller's own: a response of another caller is a 404, exactly as one that does not exist.
 
-Nothing here is imported by a deployment without a store, nor by a request without ``previous_response_id`` on
-its way to the first token.
+A deployment without a store never imports this module; with one, a request without ``previous_response_id``
+reads nothing from the store on its way to the first token (its answer is written after the last byte).
 
 Environment variables read: none (``RESPONSES_*`` through :mod:`sagestream.config`).
 
