@@ -1,6 +1,6 @@
 """The client-API encoders side by side: CPU per delta of Anthropic's Messages events against OpenAI's chat chunks.
 
-Both encode the same :class:`~sagestream.dialects.Delta` stream (a first delta with the role, text deltas
+Both encode the same :class:`~sagestream.delta.Delta` stream (a first delta with the role, text deltas
 as tokens come, a finish and usage), each made fresh per round, in alternating rounds in one process so that
 the machine's load falls on both alike; each encoder's figure is its best round (the least disturbed), in
 process CPU. The Messages encoder's budget is 1.10x the chat encoder's (issue #25).
@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from sagestream.dialects import Delta, Usage
+from sagestream.delta import Delta, Usage
 from sagestream.messages import MessagesEncoder
 from sagestream.sse import ChunkEncoder, StreamEncoder
 

@@ -1,7 +1,7 @@
 """The Responses encoder's CPU per delta beside the chat encoder's, on the same stream, in one run.
 
 ``python -m bench.responses_encoder [--deltas N] [--repeats R]``; ``make bench`` prints the same line. Both encoders get
-the same :class:`~sagestream.dialects.Delta` list (a role delta, text deltas a tenth of them non-ASCII, the
+the same :class:`~sagestream.delta.Delta` list (a role delta, text deltas a tenth of them non-ASCII, the
 finish and the usage), each run builds its encoder, encodes every delta and ends the stream, and the runs
 alternate (chat, responses, chat, ...) so that both see the same machine; the figure is each one's median
 run. The issue's target: the Responses encoder at most 1.10x the chat encoder.
@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sagestream.dialects import Delta, Usage
+from sagestream.delta import Delta, Usage
 from sagestream.responses import ResponsesEncoder
 from sagestream.responses_request import parse_responses
 from sagestream.sse import ChunkEncoder

@@ -30,7 +30,8 @@ import boto3
 import botocore.awsrequest
 import botocore.config
 
-from sagestream.dialects import Delta, Dialect, Usage, stream_decoder
+from sagestream.delta import Delta, Usage
+from sagestream.dialects import Dialect, stream_decoder
 from sagestream.function_url import decode_prelude, encode_prelude
 from sagestream.relay import relay
 from sagestream.runtime import LambdaContext

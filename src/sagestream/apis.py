@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from sagestream.dialects import Delta
+from sagestream.delta import Delta
 from sagestream.errors import APIError
 
 # The request models load at init: the first request after a cold start is a completion and needs them;

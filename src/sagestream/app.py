@@ -18,7 +18,7 @@ and is refused (400, ``param: model``) when there are several, as OpenAI refuses
 
 Every answer carries ``x-request-id``: the invocation's own id (``context.aws_request_id``), which is
 also the log record's ``function_request_id`` and, on every upstream call, SageMaker's ``InferenceId``
-(:mod:`sagestream.routing`; the log record's ``inference_id``). With prefix-aware routing on for the
+(:mod:`sagestream.sagemaker_ids`; the log record's ``inference_id``). With prefix-aware routing on for the
 model, a request's ``prompt_cache_key`` is the call's ``PrefixAwareId`` too.
 
 Environment variables read: those of :mod:`sagestream.config`, at import.
@@ -38,27 +38,28 @@ import html
 import json
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, replace
 from functools import partial
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from snapshot_restore_py import register_after_restore
 
-from sagestream import dialects, routing, upstream
+from sagestream import dialects, faults, sagemaker_ids, upstream
 from sagestream.apis import CHAT, COMPLETIONS, ClientAPI, Parsed
 from sagestream.auth import Authenticator, presented_keys, requires_key
 from sagestream.config import Config
-from sagestream.dialects import Delta
+from sagestream.delta import Delta
 from sagestream.errors import APIError
-from sagestream.function_url import event_body, media_type
+from sagestream.function_url import media_type
+from sagestream.http import JSON_HEADERS, SSE_HEADERS, Request, Route, Writer
 from sagestream.messages import MESSAGES
 from sagestream.record import StreamRecord
 from sagestream.relay import KEEPALIVE, relay
 from sagestream.responses import RESPONSES
-from sagestream.routing import UpstreamIds
 from sagestream.runtime import ClientDisconnected, LambdaContext, ResponseStream, WriteTimedOut
+from sagestream.sagemaker_ids import UpstreamIds
 from sagestream.sse import StreamEncoder, error_event
 from sagestream.telemetry import Telemetry, prompt_of
 
@@ -69,13 +70,6 @@ __all__ = ["App", "Call", "Request", "Route", "Writer", "handler"]
 
 logger = logging.getLogger(__name__)
 
-SSE_HEADERS = {
-    "content-type": "text/event-stream; charset=utf-8",
-    "cache-control": "no-cache",
-    "x-accel-buffering": "no",
-    "x-content-type-options": "nosniff",
-}
-JSON_HEADERS = {"content-type": "application/json", "x-content-type-options": "nosniff"}
 PAGE_HEADERS: dict[str, str] = {
     "content-type": "text/html; charset=utf-8",
     "cache-control": "no-cache",
@@ -112,74 +106,6 @@ def _origins(urls: Iterable[str | None]) -> str:
     return "".join(" " + o for o in found)
 
 
-@dataclass(frozen=True, slots=True)
-class Request:
-    """What the routes need of a Function URL event (payload format 2.0).
-
-    Read as the plain mapping it is: Powertools' event data class would cost the cold start its whole
-    ``data_classes`` package (every event type AWS has, about a tenth of a bare boto3 client's import) for
-    three fields.
-    """
-
-    method: str
-    path: str
-    headers: Mapping[str, str]
-    body: bytes
-    url_request_id: str | None = None
-    caller: str | None = None  # the signing IAM principal, when the Function URL checked one
-    query: Mapping[str, str] = field(default_factory=dict)
-
-    @classmethod
-    def from_event(cls, event: Mapping[str, Any]) -> Request:
-        context = event.get("requestContext") or {}
-        http = context.get("http") or {}
-        iam = (context.get("authorizer") or {}).get("iam") or {}
-        return cls(
-            method=str(http.get("method") or "GET").upper(),
-            path=str(event.get("rawPath") or http.get("path") or "/"),
-            headers={str(k).lower(): str(v) for k, v in (event.get("headers") or {}).items()},
-            body=event_body(event),
-            url_request_id=context.get("requestId"),
-            caller=iam.get("userArn") or None,
-            query={str(k): str(v) for k, v in (event.get("queryStringParameters") or {}).items()},
-        )
-
-
-class Writer:
-    """The response: started with the first chunk (status and headers fixed then), each chunk one write.
-
-    ``head`` answers a ``HEAD`` request: the response starts as it would for ``GET``, no body is written.
-    """
-
-    def __init__(self, stream: ResponseStream, request_id: str, *, head: bool = False) -> None:
-        self.stream = stream
-        self.request_id = request_id
-        self.head = head
-        # The route's client API sets its own error shape (Anthropic's on /v1/messages); OpenAI's otherwise.
-        self.error_body: Callable[[APIError], bytes] = APIError.json_bytes
-        # The headers that carry request_id: the anthropic SDKs read request-id (message._request_id).
-        self.id_headers: tuple[str, ...] = ("x-request-id",)
-
-    @property
-    def started(self) -> bool:
-        return bool(self.stream.started)
-
-    def write(self, data: bytes, status: int = 200, headers: Mapping[str, str] = JSON_HEADERS) -> None:
-        if not data:
-            return
-        if not self.stream.started:
-            self.stream.start(status, {**headers, **dict.fromkeys(self.id_headers, self.request_id)})
-        if not self.head:
-            self.stream.write(data)
-
-    def json(self, payload: Any, status: int = 200) -> None:
-        self.write(json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode(), status)
-
-    def error(self, err: APIError) -> None:
-        """An error before the first byte: its status, its headers, OpenAI's body."""
-        self.write(self.error_body(err), err.status, {**JSON_HEADERS, **{k.lower(): v for k, v in err.headers.items()}})
-
-
 @dataclass(slots=True)
 class Call:
     """One invocation as the route handlers see it."""
@@ -191,25 +117,6 @@ class Call:
     encoder: StreamEncoder | None = None  # a streamed answer's, once it is made: it writes errors after the start
     ids: UpstreamIds | None = None  # what the upstream calls carry besides the body; set by the completion routes
     identity: Identity | None = None  # the caller's verified sign-in, with AUTH_MODE=jwt
-
-
-RouteHandler = Callable[["App", Call], None]
-
-
-@dataclass(frozen=True, slots=True)
-class Route:
-    """One path: the methods it answers (``HEAD`` with every ``GET``), its handler, whether it needs a key, and
-    the client API whose error shape its refusals take (OpenAI's when ``None``)."""
-
-    path: str
-    methods: tuple[str, ...]
-    handler: RouteHandler
-    keyed: bool = False
-    api: ClientAPI | None = None
-
-    def __post_init__(self) -> None:
-        if "GET" in self.methods and "HEAD" not in self.methods:
-            object.__setattr__(self, "methods", (*self.methods, "HEAD"))
 
 
 class App:
@@ -267,7 +174,7 @@ class App:
                 # The caller stopped reading and a write could not end before the deadline: the invocation
                 # stops here as a deadline stop, and its log record and metrics are still written below.
                 logger.warning("a write could not finish before the deadline; the client stopped reading")
-                record.fail(upstream.error_from(upstream.DeadlineReached()))
+                record.fail(faults.error_from(faults.DeadlineReached()))
             except ClientDisconnected:
                 record.client_disconnected = True
             except Exception:
@@ -527,7 +434,7 @@ class App:
         The routes of other request shapes call it with their own ``prompt_cache_key``."""
         prefix = None
         if cfg.prefix_aware_routing and prompt_cache_key is not None:
-            prefix = routing.prefix_aware_id(prompt_cache_key)
+            prefix = sagemaker_ids.prefix_aware_id(prompt_cache_key)
         return UpstreamIds.of(call.context.aws_request_id, prefix)
 
     def _count_tokens(self, call: Call) -> None:
@@ -559,7 +466,7 @@ class App:
                     parsed.request,
                 )
             except (dialects.DecodeError, dialects.UpstreamStreamError) as exc:
-                raise upstream.error_from(exc) from exc
+                raise faults.error_from(exc) from exc
         if answer.usage is None or answer.usage.prompt_tokens is None:
             raise APIError(
                 501,
@@ -579,7 +486,7 @@ class App:
             body = upstream.invoke(self.client, cfg, payload, deadline=self._deadline(call), ids=call.ids)
             answer = dialects.decode_body(cfg.dialect, body, parsed.request)
         except (dialects.DecodeError, dialects.UpstreamStreamError) as exc:
-            raise upstream.error_from(exc) from exc
+            raise faults.error_from(exc) from exc
         if not answer.finish_reason:
             answer = replace(answer, finish_reason="stop")  # keeps tool calls, reasoning, logprobs
         data = api.whole(answer, parsed, cfg)

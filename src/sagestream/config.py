@@ -239,7 +239,7 @@ class Config:
     responses_ttl_days: int = 30
     responses_max_chain: int = 100
     tracing: bool = False
-    # prompt_cache_key becomes SageMaker's PrefixAwareId (sagestream.routing): for prefix-aware endpoints.
+    # prompt_cache_key becomes SageMaker's PrefixAwareId (sagestream.sagemaker_ids): for prefix-aware endpoints.
     prefix_aware_routing: bool = False
     # Every model served, the first the default; the one-model case is the single settings above.
     models: tuple[ModelTarget, ...] = ()

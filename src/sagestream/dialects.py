@@ -17,7 +17,7 @@ A decoder is made per request by :func:`stream_decoder` and fed one record at a 
 line, see :mod:`sagestream.lines`). Whatever the record, it either returns deltas or raises one of two
 plain exceptions: :class:`DecodeError` when the record is not what the dialect promises,
 :class:`UpstreamStreamError` when the container itself reports an error. The statuses a client sees for
-them are given in one place, :func:`sagestream.upstream.error_from`.
+them are given in one place, :func:`sagestream.faults.error_from`.
 
 Example::
 
@@ -35,10 +35,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, NoReturn, Protocol, cast, get_args
 
 from sagestream import prompts
+from sagestream.delta import Delta, Usage
 from sagestream.errors import MAX_MESSAGE_CHARS, APIError
 
 if TYPE_CHECKING:
@@ -76,85 +77,6 @@ def dialect_named(name: str) -> Dialect:
     if name not in DIALECTS:
         raise ValueError(f"Unknown dialect {name!r}; known dialects: {', '.join(DIALECTS)}.")
     return name
-
-
-@dataclass(frozen=True, slots=True)
-class Usage:
-    """What an answer cost, as the container counted it; a count it did not give is ``None``, never 0."""
-
-    prompt_tokens: int | None
-    completion_tokens: int
-    total_tokens: int | None
-    # The container's other usage fields as sent: completion_tokens_details (reasoning_tokens),
-    # prompt_tokens_details (cached_tokens), ...
-    details: dict[str, Any] = field(default_factory=dict, compare=True)
-
-    def __repr__(self) -> str:
-        more = f", details={self.details!r}" if self.details else ""
-        return (
-            f"Usage(prompt_tokens={self.prompt_tokens}, completion_tokens={self.completion_tokens}, "
-            f"total_tokens={self.total_tokens}{more})"
-        )
-
-
-# Not frozen: a frozen dataclass sets each of its ten fields through object.__setattr__, which made building
-# a Delta (once per token) cost about 19k instructions against 4k. Nothing changes a Delta once it is made.
-@dataclass(slots=True)
-class Delta:
-    """One step of the answer, each field as the container sent it.
-
-    ``content`` is text to append; ``tool_calls`` the OpenAI ``delta.tool_calls`` fragments (index, id,
-    type, function name, argument pieces) untouched; ``reasoning_content`` / ``reasoning`` a reasoning
-    model's thoughts under the name its server uses; ``logprobs`` the choice's logprobs object;
-    ``extra`` any other delta field the container sent. On the last steps, why it ended and what it cost.
-    """
-
-    content: str = ""
-    role: str | None = None
-    finish_reason: str | None = None
-    usage: Usage | None = None
-    tool_calls: list[dict[str, Any]] | None = None
-    reasoning_content: str | None = None
-    reasoning: str | None = None
-    refusal: str | None = None
-    logprobs: dict[str, Any] | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def __repr__(self) -> str:
-        # Only what the delta carries: most deltas are one field.
-        shown = [f"content={self.content!r}"]
-        for name in (
-            "role",
-            "finish_reason",
-            "usage",
-            "tool_calls",
-            "reasoning_content",
-            "reasoning",
-            "refusal",
-            "logprobs",
-        ):
-            value = getattr(self, name)
-            if value is not None:
-                shown.append(f"{name}={value!r}")
-        if self.extra:
-            shown.append(f"extra={self.extra!r}")
-        return f"Delta({', '.join(shown)})"
-
-    @property
-    def is_empty(self) -> bool:
-        """Nothing for the client: no text, no fragment, no end."""
-        return not (
-            self.content
-            or self.role
-            or self.finish_reason
-            or self.usage
-            or self.tool_calls
-            or self.reasoning_content
-            or self.reasoning
-            or self.refusal
-            or self.logprobs
-            or self.extra
-        )
 
 
 class DecodeError(Exception):

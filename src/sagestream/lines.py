@@ -8,7 +8,7 @@ by the longest line: invariant 3 of docs/architecture.md) and looks at each byte
 if any, a line carries, for SSE (``data: {...}``) and jsonlines (``{...}``) containers alike.
 
 Each way the bytes can be wrong is its own exception carrying its data, :class:`LineTooLong` and
-:class:`UndecodableLine`; this module knows nothing of HTTP: :func:`sagestream.upstream.error_from` gives
+:class:`UndecodableLine`; this module knows nothing of HTTP: :func:`sagestream.faults.error_from` gives
 them the status a client sees.
 
 Example::

@@ -78,7 +78,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from sagestream.apis import Parsed
-from sagestream.dialects import Delta, Usage
+from sagestream.delta import Delta, Usage, is_text_only
 from sagestream.errors import DEADLINE_EXCEEDED, APIError
 from sagestream.schema import ChatCompletionRequest
 from sagestream.sse import MIN_PAD_BYTES
@@ -258,15 +258,7 @@ class MessagesEncoder:
         self._text_event: tuple[bytes, bytes] = (b"", b"")
 
     def encode(self, delta: Delta) -> bytes:
-        if (
-            self.block == "text"
-            and delta.content
-            and delta.finish_reason is None
-            and delta.tool_calls is None
-            and delta.reasoning_content is None
-            and delta.reasoning is None
-            and delta.refusal is None
-        ):
+        if self.block == "text" and is_text_only(delta):
             # Most deltas are text and nothing else: the open block's event with the text put in.
             if delta.usage is not None:
                 self.usage = delta.usage

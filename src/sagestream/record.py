@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from sagestream.dialects import Delta
+from sagestream.delta import Delta
 from sagestream.errors import DEADLINE_EXCEEDED, APIError
 
 __all__ = ["Cadence", "Histogram", "StreamRecord"]
@@ -137,7 +137,7 @@ class StreamRecord:
     model: str | None = None
     endpoint: str | None = None
     dialect: str | None = None
-    # What the upstream calls carried (sagestream.routing): the InferenceId (the request id) and PrefixAwareId.
+    # What the upstream calls carried (sagestream.sagemaker_ids): the InferenceId (the request id) and PrefixAwareId.
     inference_id: str | None = None
     prefix_aware_id: str | None = None
     caller: str | None = None  # the signing IAM principal (AUTH_MODE=iam), or the token's sub (AUTH_MODE=jwt)

@@ -1,7 +1,7 @@
 """The pump: PayloadPart bytes in, ``(delta, bytes)`` out. No I/O, no clock, no invocation record.
 
 One streamed answer goes PayloadPart bytes → :class:`~sagestream.lines.LineSplitter` → SSE line →
-dialect decoder → :class:`~sagestream.dialects.Delta` → the client API's
+dialect decoder → :class:`~sagestream.delta.Delta` → the client API's
 :class:`~sagestream.sse.StreamEncoder` (:class:`~sagestream.sse.ChunkEncoder` for OpenAI's) → bytes.
 :func:`relay` is that path as a generator: it yields each delta with its bytes the moment the part that
 completed it has been split and decoded, before it asks for the next part (invariant 1 of
@@ -9,8 +9,8 @@ docs/architecture.md); whoever iterates writes the bytes and notes the delta. Th
 a delta that only carries usage, say, is noted but sends nothing yet.
 
 Faults are stream items (as in aws-lambda-rust-runtime): any exception out of the parts (an upstream
-failure, :class:`~sagestream.upstream.DeadlineReached`) or out of the parsers becomes an
-:class:`~sagestream.errors.APIError` through :func:`~sagestream.upstream.error_from`. Before any bytes
+failure, :class:`~sagestream.faults.DeadlineReached`) or out of the parsers becomes an
+:class:`~sagestream.errors.APIError` through :func:`~sagestream.faults.error_from`. Before any bytes
 were yielded it is raised, so the caller can still answer with its HTTP status. After, it is yielded as
 ``(err, encoder.error(err))`` and the generator ends: the stream closes without its normal end (``[DONE]``
 in OpenAI's format; invariant 6). A deadline first closes the answer with ``finish_reason: "length"``: the
@@ -44,11 +44,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from sagestream.dialects import Delta, StreamDecoder
+from sagestream.delta import Delta
+from sagestream.dialects import StreamDecoder
 from sagestream.errors import DEADLINE_EXCEEDED, APIError
+from sagestream.faults import error_from
 from sagestream.lines import LineSplitter, decode_line, sse_data
 from sagestream.sse import StreamEncoder
-from sagestream.upstream import error_from
 
 __all__ = ["KEEPALIVE", "KEEPALIVE_EVENT", "Item", "KeepAlive", "relay"]
 

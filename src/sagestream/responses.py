@@ -12,7 +12,7 @@ inputs are refused with 400 naming the field; ``store: true`` (OpenAI's default)
 response says ``"store": false``: no object is kept for a later ``GET``, which is a 404 (``app``).
 
 The stream is OpenAI's event sequence, one :class:`ResponsesEncoder` per answer over the same
-:class:`~sagestream.dialects.Delta` objects the chat encoder reads: ``response.created`` and
+:class:`~sagestream.delta.Delta` objects the chat encoder reads: ``response.created`` and
 ``response.in_progress`` go out in the first delta's write; each output item (``reasoning``, ``message``,
 ``function_call``) is added when its first fragment arrives, its text or argument fragments go out as they
 came (one ``*.delta`` event per container fragment, never re-chunked), and it is closed (``*.done``,
@@ -53,7 +53,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from sagestream.apis import Parsed
-from sagestream.dialects import Delta, Usage
+from sagestream.delta import Delta, Usage, is_text_only
 from sagestream.errors import DEADLINE_EXCEEDED, APIError
 
 if TYPE_CHECKING:
@@ -508,16 +508,7 @@ class ResponsesEncoder:
 
     def encode(self, delta: Delta) -> bytes:
         """The events for ``delta``; empty bytes if it carries nothing to send now."""
-        if (
-            self._text_event is not None
-            and delta.content
-            and delta.finish_reason is None
-            and delta.tool_calls is None
-            and delta.reasoning_content is None
-            and delta.reasoning is None
-            and delta.logprobs is None
-            and delta.refusal is None
-        ):
+        if self._text_event is not None and is_text_only(delta):
             # Most deltas are text while a message is open: the event is a template with its sequence number
             # and the text's JSON string put in, one string encoded instead of the whole event. One bytes %
             # is the cheapest way measured (callgrind) to put the number in: joins and concatenations cost more.

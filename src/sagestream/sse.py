@@ -40,7 +40,7 @@ import time
 import uuid
 from typing import Any, Literal, Protocol
 
-from sagestream.dialects import Delta, Usage
+from sagestream.delta import Delta, Usage, is_text_only
 from sagestream.errors import APIError
 
 __all__ = ["DONE", "MIN_PAD_BYTES", "ChunkEncoder", "Kind", "StreamEncoder", "completion_json", "error_event"]
@@ -159,17 +159,7 @@ class ChunkEncoder:
 
     def encode(self, delta: Delta) -> bytes:
         """The event for ``delta``; empty bytes if it carries nothing to send now (only usage, say)."""
-        if (
-            self._started
-            and delta.content
-            and delta.finish_reason is None
-            and delta.logprobs is None
-            and delta.tool_calls is None
-            and delta.reasoning_content is None
-            and delta.reasoning is None
-            and delta.refusal is None
-            and not delta.extra
-        ):
+        if self._started and is_text_only(delta):
             if not self._text_cut:
                 self._text_event, self._text_cut = self._text_template(), True
             if self._text_event is not None:

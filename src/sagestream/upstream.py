@@ -1,5 +1,4 @@
-"""The SageMaker side: one botocore client, each PayloadPart handed on the moment its frame has arrived, and
-the one table that says what a client sees for every fault on the way to and from the endpoint.
+"""The SageMaker side: one botocore client, and each PayloadPart handed on the moment its frame has arrived.
 
 botocore's ``EventStream`` iterates ``raw.stream()``, which reads 64 KiB at a time: on a close-delimited
 response that holds every frame back until the block fills or the stream ends. Here the raw urllib3
@@ -12,21 +11,14 @@ comes. The wait for the answer's head is bounded through botocore's per-request 
 ``before-send`` hook that reads the call's deadline from a context variable); each read of the body by
 :class:`_DeadlineReads` setting the socket's timeout to the time left. No other thread is involved.
 
-:func:`error_from` is where faults get statuses: botocore's and urllib3's exceptions, SageMaker's error
-codes, the parsers' own exceptions (:mod:`sagestream.lines`, :mod:`sagestream.dialects`) and the deadline
-each map, by table, to an :class:`~sagestream.errors.APIError` in OpenAI's shape.
+Every fault raised here leaves as an :class:`~sagestream.errors.APIError` made by
+:func:`sagestream.faults.error_from`, the one table of what a client sees for each.
 
 Environment variables read: ``AWS_LAMBDA_MAX_CONCURRENCY`` (the connection pool's size), the rest through
 :mod:`sagestream.config`; botocore reads the usual AWS ones, ``AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME`` included.
 
 Example::
 
-    >>> from sagestream.lines import LineTooLong
-    >>> err = error_from(LineTooLong(1024))
-    >>> err.status, err.code
-    (502, 'upstream_line_too_long')
-    >>> error_from(DeadlineReached()).code
-    'deadline_exceeded'
     >>> client = make_client(Config(endpoint_name="my-llm"))            # doctest: +SKIP
     >>> with open_stream(client, config, body, deadline=time.monotonic() + 60) as parts:  # doctest: +SKIP
     ...     for payload in parts:
@@ -37,16 +29,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import logging
 import os
-import re
 import select
 import ssl
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator
 from contextvars import ContextVar
-from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
@@ -54,20 +43,15 @@ import botocore.config
 import botocore.eventstream
 import botocore.exceptions
 import botocore.session
-import urllib3.exceptions
 
 from sagestream import __version__
 from sagestream.config import Config
-from sagestream.dialects import DecodeError, UpstreamStreamError, error_message
-from sagestream.errors import DEADLINE_EXCEEDED, MAX_MESSAGE_CHARS, APIError
-from sagestream.lines import LineTooLong, UndecodableLine
-from sagestream.routing import UpstreamIds
+from sagestream.faults import DeadlineReached, error_from
+from sagestream.sagemaker_ids import UpstreamIds
 
 __all__ = [
     "SILENCE",
-    "DeadlineReached",
     "PayloadParts",
-    "error_from",
     "forget_connections",
     "invoke",
     "make_client",
@@ -85,219 +69,6 @@ _RETRY_FLOOR_S = 0.1
 # What PayloadParts yields when the endpoint has said nothing for the keep-alive interval: no PayloadPart is
 # empty (empty ones are skipped), so an empty part can only mean this.
 SILENCE = b""
-_GENERIC_500 = "The server could not call the model endpoint. The operator can find the reason in the function's log."
-
-
-class DeadlineReached(Exception):
-    """The function's time limit, less its margin, came before the endpoint's answer ended."""
-
-    def __init__(
-        self,
-        message: str = "The answer was cut short: the function reached its time limit. Ask for fewer tokens, "
-        "or raise the function timeout.",
-    ) -> None:
-        super().__init__(message)
-
-
-# --- what a client sees for each fault ----------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Fault:
-    """One row of the table: the status, code and message a fault becomes.
-
-    ``message`` may name ``{detail}``, the fault's own text (a parser's message, SageMaker's message).
-    ``private`` faults say nothing to the client and are logged for the operator instead.
-    """
-
-    status: int
-    code: str
-    message: str
-    headers: Mapping[str, str] = field(default_factory=dict)
-    private: bool = False
-
-    def error(self, detail: str) -> APIError:
-        if self.private:
-            logger.error("upstream call failed (%s): %s", self.code, detail)
-            return APIError.internal(_GENERIC_500)
-        message = self.message.format(detail=detail[:MAX_MESSAGE_CHARS])
-        return APIError.upstream(self.status, message, code=self.code, headers=self.headers)
-
-
-# Retry-After is whole seconds (RFC 9110); retry-after-ms is the OpenAI SDKs' finer spelling of the same wait.
-_RATE_LIMITED = _Fault(
-    429,
-    "rate_limited",
-    "The model endpoint is busy. Retry after a moment.",
-    {"Retry-After": "1", "retry-after-ms": "1000"},
-)
-_UNAVAILABLE = _Fault(503, "service_unavailable", "The model endpoint is not available right now.")
-_NO_ACCESS = _Fault(500, "internal_error", "", private=True)
-_FAILED = _Fault(502, "upstream_error", "The model endpoint failed. Try again.")
-
-# SageMaker's error codes (``Error.Code``) and HTTP statuses: the first row that names either one wins.
-_SERVICE_FAULTS: tuple[tuple[frozenset[str], frozenset[int], _Fault], ...] = (
-    (
-        frozenset({"ModelStreamError"}),
-        frozenset(),
-        _Fault(502, "model_stream_error", "The model failed while streaming: {detail}"),
-    ),
-    (
-        frozenset({"InternalStreamFailure"}),
-        frozenset(),
-        _Fault(502, "internal_stream_failure", "The endpoint's stream failed. Try again."),
-    ),
-    (frozenset({"ThrottlingException", "TooManyRequestsException"}), frozenset({429}), _RATE_LIMITED),
-    (frozenset({"ServiceUnavailable", "ModelNotReadyException"}), frozenset({503}), _UNAVAILABLE),
-    (
-        frozenset({"AccessDeniedException", "UnrecognizedClientException", "ExpiredTokenException"}),
-        frozenset({403}),
-        _NO_ACCESS,
-    ),
-    (frozenset({"InternalFailure"}), frozenset(range(500, 600)), _FAILED),
-)
-
-# Everything that is not SageMaker's own error answer, by exception class; the first matching row wins.
-_EXCEPTION_FAULTS: tuple[tuple[tuple[type[BaseException], ...], _Fault], ...] = (
-    ((DeadlineReached,), _Fault(504, DEADLINE_EXCEEDED, "{detail}")),
-    ((LineTooLong,), _Fault(502, "upstream_line_too_long", "{detail}")),
-    ((UndecodableLine,), _Fault(502, "upstream_invalid_utf8", "{detail}")),
-    ((DecodeError,), _Fault(502, "upstream_decode_error", "{detail}")),
-    ((UpstreamStreamError,), _Fault(502, "upstream_error", "{detail}")),
-    (
-        (botocore.exceptions.ReadTimeoutError, urllib3.exceptions.ReadTimeoutError, TimeoutError),
-        _Fault(504, "upstream_timeout", "The model endpoint did not answer in time."),
-    ),
-    (
-        (botocore.exceptions.ConnectTimeoutError,),
-        _Fault(504, "upstream_timeout", "Could not connect to the model endpoint in time."),
-    ),
-    ((botocore.exceptions.NoCredentialsError, botocore.exceptions.PartialCredentialsError), _NO_ACCESS),
-    ((botocore.eventstream.ParserError,), _Fault(502, "upstream_stream_corrupt", "The endpoint's stream was corrupt.")),
-    (
-        (
-            botocore.exceptions.EndpointConnectionError,
-            botocore.exceptions.ConnectionClosedError,
-            urllib3.exceptions.ProtocolError,
-            urllib3.exceptions.HTTPError,
-            botocore.exceptions.HTTPClientError,
-            ConnectionError,
-        ),
-        _Fault(502, "upstream_connection_error", "The connection to the model endpoint broke."),
-    ),
-)
-
-# A container's refusal that OpenAI would call context_length_exceeded (vLLM's, TGI's and LMI's wordings).
-_CONTEXT_LENGTH = re.compile(
-    r"context length|context_length|context window|maximum.{0,20}length|must be <= \d+|must have less than|"
-    r"too long|too many tokens|exceeds? the (?:model'?s? )?max",
-    re.IGNORECASE,
-)
-# What SageMaker adds around a container's message and a client must not see.
-_PRIVATE = re.compile(r"arn:aws[\w:/.-]*|\b\d{12}\b")
-
-
-def error_from(exc: BaseException) -> APIError:
-    """What a client sees for a fault on the way to, or from, the endpoint (an :class:`APIError` as is).
-
-    A 429 or 5xx comes after botocore has spent the retry budget (``UPSTREAM_MAX_ATTEMPTS`` calls in all):
-    it says ``x-should-retry: false``, which both OpenAI SDKs obey, so that their own two retries do not
-    multiply the endpoint calls (docs/configuration.md, "Retries").
-
-    >>> error_from(DeadlineReached()).headers
-    {'x-should-retry': 'false'}
-    """
-    return _budget_spent(_error_from(exc))
-
-
-def _budget_spent(err: APIError) -> APIError:
-    if err.status == 429 or err.status >= 500:
-        err.headers.setdefault("x-should-retry", "false")
-    return err
-
-
-def _error_from(exc: BaseException) -> APIError:
-    if isinstance(exc, APIError):
-        return exc
-    if isinstance(exc, botocore.exceptions.ClientError):
-        return _service_error(exc)
-    for types, fault in _EXCEPTION_FAULTS:
-        if isinstance(exc, types):
-            return fault.error(str(exc))
-    logger.exception("unexpected upstream failure", exc_info=exc)
-    return APIError.internal()
-
-
-def _service_error(exc: botocore.exceptions.ClientError) -> APIError:
-    error = exc.response.get("Error", {})
-    code = str(error.get("Code", ""))
-    message = str(error.get("Message", "") or exc)
-    status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
-    special = _SPECIAL_CODES.get(code)
-    if special is not None:
-        return special(exc.response, message)
-    # A code names the fault exactly; a status only where no row names the code (ModelNotReadyException is a
-    # 429 on the wire, but a model still loading is the endpoint's unavailability, not the caller's rate).
-    row = next((f for codes, _, f in _SERVICE_FAULTS if code in codes), None)
-    row = row or next((f for _, statuses, f in _SERVICE_FAULTS if status in statuses), None)
-    if row is not None:
-        return row.error(message)  # a private fault logs what it hides from the client
-    logger.error("unexpected upstream error %s (%s): %s", code, status, message)
-    return APIError.upstream(502, "The model endpoint answered with an error.", code="upstream_error")
-
-
-def _model_error(response: Mapping[str, Any], message: str) -> APIError:
-    """SageMaker's 424: the container answered with an error. A 4xx of the container stays a 4xx."""
-    original = str(response.get("OriginalMessage") or message)
-    try:
-        original_status = int(response.get("OriginalStatusCode") or 0)
-    except (TypeError, ValueError):
-        original_status = 0
-    said = _PRIVATE.sub("…", container_message(original))[:MAX_MESSAGE_CHARS]
-    if 400 <= original_status < 500:
-        code = "context_length_exceeded" if _CONTEXT_LENGTH.search(said) else "model_error"
-        return APIError.upstream(original_status, said, code=code)
-    return APIError.upstream(502, f"The model container returned an error: {said}", code="model_error")
-
-
-def _validation_error(response: Mapping[str, Any], message: str) -> APIError:
-    if "not found" in message.lower():
-        # SageMaker's message names the account and the endpoint; the client learns neither.
-        logger.error("upstream not found: %s", message)
-        return APIError.not_found("The model endpoint was not found.", code="endpoint_not_found")
-    return APIError.upstream(400, f"The endpoint rejected the request: {message}", code="upstream_validation_error")
-
-
-# SageMaker's error codes whose answer depends on more than the code.
-_SPECIAL_CODES: dict[str, Callable[[Mapping[str, Any], str], APIError]] = {
-    "ModelError": _model_error,
-    "ValidationError": _validation_error,
-}
-
-
-def container_message(text: str) -> str:
-    """The message inside a container's JSON error body, or ``text`` itself if it holds none.
-
-    vLLM sends ``{"object": "error", "message": ...}`` or ``{"error": {"message": ...}}``; TGI sends
-    ``{"error": "...", "error_type": "..."}``.
-
-    >>> container_message('{"object": "error", "message": "too long", "type": "BadRequestError"}')
-    'too long'
-    >>> container_message('{"error": "Input validation error", "error_type": "validation"}')
-    'Input validation error'
-    >>> container_message("plain text")
-    'plain text'
-    """
-    try:
-        body = json.loads(text)
-    except (ValueError, RecursionError):
-        return text
-    if not isinstance(body, dict):
-        return text
-    message = error_message(body)
-    if message is None and isinstance(body.get("message"), str):
-        message = body["message"]  # SageMaker's own wrapping of a plain message
-    return text if message is None else message
 
 
 # --- the calls ---------------------------------------------------------------------------------------------
@@ -395,7 +166,7 @@ def _call_args(config: Config, body: bytes, ids: UpstreamIds | None) -> dict[str
     if ids is not None:
         # botocore's parameter names, so its own serializer makes the headers. With parameter_validation off
         # nothing checks them before it: a name its model lacks fails every call (a KeyError there, a 500
-        # here), which tests/unit/test_routing.py catches against the pinned botocore first.
+        # here), which tests/unit/test_sagemaker_ids.py catches against the pinned botocore first.
         args.update(ids.call_args())
     return args
 
@@ -405,7 +176,7 @@ def invoke(
 ) -> bytes:
     """A non-streaming ``InvokeEndpoint``: the whole answer's body.
 
-    ``ids``: the ``InferenceId`` and ``PrefixAwareId`` the call carries (:mod:`sagestream.routing`).
+    ``ids``: the ``InferenceId`` and ``PrefixAwareId`` the call carries (:mod:`sagestream.sagemaker_ids`).
 
     ``deadline`` (a :func:`time.monotonic` value): already past, the endpoint is not called and the
     deadline's 504 is raised, as for a stream.
@@ -640,7 +411,7 @@ def open_stream(
 ) -> PayloadParts:
     """Start ``InvokeEndpointWithResponseStream``; errors before the stream are raised as :class:`APIError`.
 
-    ``ids``: the ``InferenceId`` and ``PrefixAwareId`` the call carries (:mod:`sagestream.routing`).
+    ``ids``: the ``InferenceId`` and ``PrefixAwareId`` the call carries (:mod:`sagestream.sagemaker_ids`).
 
     ``deadline`` (a :func:`time.monotonic` value) is when the answer must have ended; already past, the
     endpoint is not called and the deadline's 504 is raised. ``keepalive_s``: see :class:`PayloadParts`.

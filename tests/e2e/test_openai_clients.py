@@ -205,7 +205,7 @@ def test_listed_vendor_extras_reach_the_container(stack_for: GetStack) -> None:
 
 
 def test_a_prompt_over_the_containers_context_is_the_containers_400_and_is_not_retried(stack: LocalStack) -> None:
-    """Needs issue 12's upstream.error_from (a ModelError 424 with a 4xx original is that 4xx)."""
+    """Needs issue 12's faults.error_from (a ModelError 424 with a 4xx original is that 4xx)."""
     assert stack.endpoint is not None
     stack.endpoint.set_scenario(context_length=16)
     long = [{"role": "user", "content": "word " * 40}]

@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from sagestream import http
 from sagestream.apis import CHAT, COMPLETIONS, Parsed
 from sagestream.config import Config
-from sagestream.dialects import Delta
+from sagestream.delta import Delta
 from sagestream.errors import APIError
 from sagestream_local.endpoint import Scenario, exception_frame, payload_part_frame
 from tests.fakes import Upstream, event_stream_response, load_app, stubbed_client
@@ -63,7 +64,7 @@ def bracketed_app(upstream: Upstream) -> Any:
     config = Config.from_env({"SAGEMAKER_ENDPOINT_NAME": "unit-llm", "AUTH_MODE": "none"})
     handler = app.App(config, stubbed_client(upstream))
     api = Bracketed()
-    handler.routes["/v1/bracketed"] = app.Route(
+    handler.routes["/v1/bracketed"] = http.Route(
         "/v1/bracketed", ("POST",), partial(app.App._complete, api=api), api=api
     )
     return handler

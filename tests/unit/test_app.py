@@ -155,17 +155,6 @@ def test_a_container_refusal_before_the_stream_is_its_own_4xx_in_openais_shape()
     assert len(upstream.calls) == 1
 
 
-def test_the_response_starts_only_with_the_first_bytes() -> None:
-    stream = RecordingStream()
-    writer = app.Writer(stream, "r-1")
-    writer.write(b"")
-    assert not stream.started
-    writer.write(b"data: x\n\n", 200, app.SSE_HEADERS)
-    writer.write(b"data: y\n\n", 500, {})  # status and headers are fixed by the first write
-    assert stream.status == 200 and stream.headers["x-request-id"] == "r-1"
-    assert stream.writes == [b"data: x\n\n", b"data: y\n\n"]
-
-
 def test_the_route_table_is_the_one_place_that_says_which_routes_need_a_key(open_app: Any) -> None:
     keyed = {path for path, route in open_app.routes.items() if route.keyed}
     assert keyed == {

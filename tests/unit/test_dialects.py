@@ -10,21 +10,20 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from sagestream.delta import Delta, Usage
 from sagestream.dialects import (
     COMPUTED_FIELDS,
     DIALECTS,
     DecodeError,
-    Delta,
     Dialect,
     UpstreamStreamError,
-    Usage,
     decode_body,
     stream_decoder,
     upstream_body,
 )
 from sagestream.errors import APIError
+from sagestream.faults import error_from
 from sagestream.schema import parse_chat, parse_completion
-from sagestream.upstream import error_from
 from tests.fakes import LMI, RECORDED, TGI, VLLM_CHAT, Recorded, relay_deltas
 
 

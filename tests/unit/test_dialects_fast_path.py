@@ -16,7 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sagestream import dialects
-from sagestream.dialects import Delta, OpenAIStreamDecoder
+from sagestream.delta import Delta
+from sagestream.dialects import OpenAIStreamDecoder
 
 _json = st.recursive(
     st.none() | st.booleans() | st.integers(-9, 9) | st.text(max_size=6),

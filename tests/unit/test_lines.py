@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sagestream.errors import APIError
+from sagestream.faults import error_from
 from sagestream.lines import LineSplitter, LineTooLong, UndecodableLine, decode_line, sse_data
-from sagestream.upstream import error_from
 
 
 def split_all(parts: list[bytes], max_line_bytes: int = 1 << 20) -> list[bytes]:

@@ -17,7 +17,7 @@ from anthropic.types import RawMessageStreamEvent
 
 from sagestream import dialects
 from sagestream.config import Config
-from sagestream.dialects import Delta, Usage
+from sagestream.delta import Delta, Usage
 from sagestream.errors import DEADLINE_EXCEEDED, APIError
 from sagestream.messages import MessagesEncoder, message_json
 from sagestream_local.endpoint import Scenario, exception_frame, payload_part_frame
@@ -197,8 +197,8 @@ def test_a_deadline_ends_the_message_as_max_tokens_would_and_a_fault_is_an_error
 
 
 def test_through_the_relay_a_deadline_cut_is_a_max_tokens_message() -> None:
+    from sagestream.faults import DeadlineReached
     from sagestream.relay import relay
-    from sagestream.upstream import DeadlineReached
 
     def parts() -> Any:
         yield b'data: {"choices":[{"index":0,"delta":{"content":"Hi"}}]}\n\n'

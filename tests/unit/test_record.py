@@ -10,7 +10,7 @@ import statistics
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sagestream.dialects import Delta, Usage
+from sagestream.delta import Delta, Usage
 from sagestream.errors import APIError
 from sagestream.record import Cadence, Histogram, StreamRecord
 

@@ -9,12 +9,14 @@ from typing import Any
 
 import pytest
 
-from sagestream.dialects import DecodeError, Delta, stream_decoder
+from sagestream.delta import Delta
+from sagestream.dialects import DecodeError, stream_decoder
 from sagestream.errors import APIError
+from sagestream.faults import DeadlineReached
 from sagestream.lines import LineTooLong
 from sagestream.relay import KEEPALIVE, KEEPALIVE_EVENT, relay
 from sagestream.sse import DONE, ChunkEncoder, error_event
-from sagestream.upstream import SILENCE, DeadlineReached
+from sagestream.upstream import SILENCE
 from tests.fakes import LMI, RECORDED, TGI, VLLM_CHAT, Recorded
 
 

@@ -17,11 +17,12 @@ from openai.lib.streaming.responses._responses import ResponseStreamState
 from openai.types.responses import ResponseStreamEvent
 
 from sagestream import dialects
-from sagestream.dialects import Delta, Usage, stream_decoder
+from sagestream.delta import Delta, Usage
+from sagestream.dialects import stream_decoder
+from sagestream.faults import DeadlineReached
 from sagestream.relay import relay
 from sagestream.responses import ResponsesEncoder, response_json
 from sagestream.sse import ChunkEncoder
-from sagestream.upstream import DeadlineReached
 from sagestream_local.endpoint import Scenario, exception_frame, payload_part_frame
 from tests.fakes import Upstream, event_stream_response, load_app
 from tests.unit.test_app import run

@@ -11,7 +11,7 @@ import pytest
 
 from sagestream import dialects
 from sagestream.config import Config
-from sagestream.dialects import Delta
+from sagestream.delta import Delta
 from sagestream.errors import APIError
 from sagestream.responses import RESPONSES
 from tests.unit.test_app import make as make_app

@@ -11,7 +11,7 @@ import pytest
 from openai.types import Completion
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-from sagestream.dialects import Delta, Usage
+from sagestream.delta import Delta, Usage
 from sagestream.errors import APIError
 from sagestream.sse import DONE, ChunkEncoder, completion_json, error_event
 

@@ -14,7 +14,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sagestream.dialects import Delta, Usage
+from sagestream.delta import Delta, Usage
 from sagestream.sse import ChunkEncoder
 
 _json = st.recursive(

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from sagestream.config import Config
-from sagestream.dialects import Delta, Usage
+from sagestream.delta import Delta, Usage
 from sagestream.errors import APIError
 from sagestream.record import StreamRecord
 from sagestream.telemetry import Labels, Telemetry, invocation_fields, invocation_metrics

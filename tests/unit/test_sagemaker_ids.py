@@ -14,7 +14,7 @@ import pytest
 from sagestream import upstream
 from sagestream.config import Config
 from sagestream.errors import APIError
-from sagestream.routing import MAX_ID_CHARS, UpstreamIds, fits, prefix_aware_id
+from sagestream.sagemaker_ids import MAX_ID_CHARS, UpstreamIds, fits, prefix_aware_id
 from tests.fakes import event_stream_response, response
 from tests.unit.test_upstream_client import ENV
 

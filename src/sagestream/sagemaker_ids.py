@@ -47,7 +47,7 @@ __all__ = ["MAX_ID_CHARS", "UpstreamIds", "fits", "prefix_aware_id"]
 logger = logging.getLogger(__name__)
 
 # botocore's sagemaker-runtime model: InferenceIdHeader and PrefixAwareIdHeader, min 1, max 64, pattern
-# \A\S[\p{Print}]*\z. tests/unit/test_routing.py reads those from the installed botocore and fails if they change.
+# \A\S[\p{Print}]*\z. tests/unit/test_sagemaker_ids.py reads those from the installed botocore and fails if they change.
 MAX_ID_CHARS = 64
 _ID = re.compile(r"[!-~][ -~]*")  # the first printable and not a space, the rest printable ASCII
 
