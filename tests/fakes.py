@@ -31,7 +31,7 @@ import botocore.awsrequest
 import botocore.config
 
 from sagestream.delta import Delta, Usage
-from sagestream.dialects import Dialect, stream_decoder
+from sagestream.dialects import dialect_named
 from sagestream.function_url import decode_prelude, encode_prelude
 from sagestream.relay import relay
 from sagestream.runtime import LambdaContext
@@ -53,7 +53,7 @@ from sagestream_local.endpoint import (
 @dataclass(frozen=True)
 class Recorded:
     name: str
-    dialect: Dialect
+    dialect: str
     body: bytes
     deltas: list[Delta]
 
@@ -177,10 +177,12 @@ LMI_SSE = Recorded(
 RECORDED = [TGI, VLLM_CHAT, TGI_MESSAGES_CRLF, VLLM_COMPLETION, LMI, LMI_SSE]
 
 
-def relay_deltas(dialect: Dialect, parts: list[bytes]) -> list[Delta]:
+def relay_deltas(dialect: str, parts: list[bytes]) -> list[Delta]:
     """The deltas the relay itself yields for these PayloadParts (the closing bytes left out)."""
     encoder = ChunkEncoder(model="m", kind="chat", include_usage=True)
-    return [item for item, _ in relay(parts, stream_decoder(dialect), encoder) if isinstance(item, Delta)]
+    return [
+        item for item, _ in relay(parts, dialect_named(dialect).stream_decoder(), encoder) if isinstance(item, Delta)
+    ]
 
 
 # --- the stubbed endpoint, the recording response stream -----------------------------------------------------

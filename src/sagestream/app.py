@@ -46,11 +46,12 @@ from typing import TYPE_CHECKING, Any
 
 from snapshot_restore_py import register_after_restore
 
-from sagestream import dialects, faults, sagemaker_ids, upstream
+from sagestream import faults, sagemaker_ids, upstream
 from sagestream.apis import CHAT, COMPLETIONS, ClientAPI, Parsed
 from sagestream.auth import Authenticator, presented_keys, requires_key
 from sagestream.config import Config
 from sagestream.delta import Delta
+from sagestream.dialects import DecodeError, UpstreamStreamError, dialect_named
 from sagestream.errors import APIError
 from sagestream.function_url import media_type
 from sagestream.http import JSON_HEADERS, SSE_HEADERS, Request, Route, Writer
@@ -350,8 +351,7 @@ class App:
         record.streamed = bool(req.stream)
         call.ids = self._upstream_ids(call, cfg, getattr(req, "prompt_cache_key", None))
         try:
-            body = dialects.upstream_body(
-                cfg.dialect,
+            body = dialect_named(cfg.dialect).body(
                 req,
                 prompt_template=cfg.prompt_template,
                 stream=bool(req.stream),
@@ -360,7 +360,7 @@ class App:
             )
         except APIError as err:
             raise parsed.in_client_terms(err) from None
-        if call.identity is not None and cfg.dialect == "openai":
+        if call.identity is not None and dialect_named(cfg.dialect).carries_user:
             # OpenAI's `user`, which Messages-API containers take for abuse tracking: the verified caller,
             # in place of whatever the client wrote there, so that no caller can speak for another. The
             # prompt dialects have no such field (a client's own `user` is refused there by name).
@@ -450,8 +450,8 @@ class App:
         record.noted(MESSAGES.check_headers(call.request.headers))
         parsed = MESSAGES.count_request(raw, cfg)
         try:
-            body = dialects.upstream_body(
-                cfg.dialect, parsed.request, prompt_template=cfg.prompt_template, stream=False, max_tokens_default=1
+            body = dialect_named(cfg.dialect).body(
+                parsed.request, prompt_template=cfg.prompt_template, stream=False, max_tokens_default=1
             )
         except APIError as err:
             raise parsed.in_client_terms(err) from None
@@ -460,12 +460,11 @@ class App:
         record.inference_id = ids.inference_id  # as on the completion routes: the id SageMaker keeps the call by
         with self.telemetry.upstream(record):
             try:
-                answer = dialects.decode_body(
-                    cfg.dialect,
+                answer = dialect_named(cfg.dialect).decode_body(
                     upstream.invoke(self.client, cfg, payload, deadline=self._deadline(call), ids=ids),
                     parsed.request,
                 )
-            except (dialects.DecodeError, dialects.UpstreamStreamError) as exc:
+            except (DecodeError, UpstreamStreamError) as exc:
                 raise faults.error_from(exc) from exc
         if answer.usage is None or answer.usage.prompt_tokens is None:
             raise APIError(
@@ -484,8 +483,8 @@ class App:
     def _whole(self, call: Call, cfg: Config, api: ClientAPI, parsed: Parsed, payload: bytes) -> None:
         try:
             body = upstream.invoke(self.client, cfg, payload, deadline=self._deadline(call), ids=call.ids)
-            answer = dialects.decode_body(cfg.dialect, body, parsed.request)
-        except (dialects.DecodeError, dialects.UpstreamStreamError) as exc:
+            answer = dialect_named(cfg.dialect).decode_body(body, parsed.request)
+        except (DecodeError, UpstreamStreamError) as exc:
             raise faults.error_from(exc) from exc
         if not answer.finish_reason:
             answer = replace(answer, finish_reason="stop")  # keeps tool calls, reasoning, logprobs
@@ -505,7 +504,7 @@ class App:
         # Closed at once however the loop ends (a client gone raises out of the write): the endpoint stops
         # generating for nobody.
         with parts:
-            decoder = dialects.stream_decoder(cfg.dialect, parsed.request)
+            decoder = dialect_named(cfg.dialect).stream_decoder(parsed.request)
             for item, data in relay(_timed(parts, record), decoder, encoder):
                 if isinstance(item, APIError):
                     record.fail(item)

@@ -41,11 +41,10 @@ import json
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import urlsplit
 
-from sagestream import prompts
-from sagestream.dialects import COMPUTED_FIELDS, Dialect
+from sagestream.dialects import DIALECTS, dialect_named, prompts
 from sagestream.settings import AUTH_MODES, READ_BY_CONFIG, SETTINGS, ConfigError
 
 __all__ = ["AUTH_MODES", "Config", "ConfigError", "ModelTarget", "parse_models"]
@@ -91,7 +90,7 @@ def _models_schema() -> Any:
 
         endpoint: str = Field(min_length=1)
         inference_component: str | None = Field(default=None, min_length=1)
-        upstream_format: Literal["openai", "tgi", "lmi"] | None = None
+        upstream_format: str | None = None
         prompt_template: str | None = Field(default=None, min_length=1)
         max_tokens_limit: int | None = Field(default=None, ge=1)
         target_variant: str | None = Field(default=None, min_length=1)
@@ -107,7 +106,7 @@ class ModelTarget:
 
     model_id: str
     endpoint_name: str
-    dialect: Dialect
+    dialect: str  # a name in sagestream.dialects.DIALECTS
     inference_component: str | None = None
     target_variant: str | None = None
     max_tokens_limit: int | None = None
@@ -159,6 +158,9 @@ def parse_models(text: str, *, defaults: ModelTarget) -> tuple[ModelTarget, ...]
                 prompts.template(entry.prompt_template)
             except (KeyError, ValueError) as e:
                 raise ConfigError(f"MODELS: model {model_id!r}: key 'prompt_template': {e}") from None
+        if entry.upstream_format is not None and entry.upstream_format not in DIALECTS:
+            known = ", ".join(repr(d) for d in DIALECTS)
+            raise ConfigError(f"MODELS: model {model_id!r}: key 'upstream_format': Input should be {known}")
         targets.append(
             ModelTarget(
                 model_id=model_id,
@@ -185,7 +187,7 @@ def _check_extra_fields(extra_fields: frozenset[str], targets: tuple[ModelTarget
     sagestream.settings.ConfigError: EXTRA_REQUEST_FIELDS names max_new_tokens, which the function sets or limits ...
     """
     for target in targets:
-        clash = sorted(extra_fields & COMPUTED_FIELDS[target.dialect])
+        clash = sorted(extra_fields & dialect_named(target.dialect).computed_fields)
         if clash:
             model = f" (model {target.model_id!r})" if len(targets) > 1 else ""
             raise ConfigError(
@@ -205,7 +207,7 @@ def read_parameter(name: str) -> str:
 @dataclass(frozen=True, slots=True)
 class Config:
     endpoint_name: str
-    dialect: Dialect = "openai"
+    dialect: str = "openai"  # UPSTREAM_FORMAT: a name in sagestream.dialects.DIALECTS
     model_id: str = ""
     inference_component: str | None = None
     target_variant: str | None = None

@@ -13,7 +13,7 @@ Environment variables read: none.
 
 Example::
 
-    >>> from sagestream.dialects import Delta, Usage
+    >>> from sagestream.delta import Delta, Usage
     >>> record = StreamRecord(started=0.0)
     >>> record.wrote(Delta("Hel"), b"data: ...", now=0.1)
     >>> record.wrote(Delta("lo", finish_reason="stop"), b"data: ...", now=0.15)

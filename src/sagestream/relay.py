@@ -28,11 +28,11 @@ Environment variables read: none.
 Example::
 
     >>> import json
-    >>> from sagestream.dialects import stream_decoder
+    >>> from sagestream.dialects import dialect_named
     >>> from sagestream.sse import ChunkEncoder
     >>> encoder = ChunkEncoder(model="m", kind="completion", include_usage=False, id="cmpl-1", created=0)
     >>> parts = [b'data: {"choices": [{"text": "Hi"}]}\\n\\ndata: {"choices": [{"te', b'xt": "!"}]}\\n\\n']
-    >>> for item, data in relay(parts, stream_decoder("openai"), encoder):
+    >>> for item, data in relay(parts, dialect_named("openai").stream_decoder(), encoder):
     ...     print(repr(item.content) if item else item, json.loads(data[6:]) if item else data)
     'Hi' ... 'choices': [{'index': 0, 'text': 'Hi', 'logprobs': None, 'finish_reason': None}]}
     '!' ... 'choices': [{'index': 0, 'text': '!', 'logprobs': None, 'finish_reason': None}]}

@@ -35,8 +35,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, Literal, NamedTuple
 
-from sagestream import prompts
-from sagestream.dialects import DIALECTS
+from sagestream.dialects import DIALECTS, prompts
 from sagestream.sse import MIN_PAD_BYTES
 
 
@@ -234,7 +233,7 @@ SETTINGS: tuple[Setting, ...] = (
         "names",
         "vendor request fields passed to the container (`top_k,min_p,repetition_penalty,chat_template_kwargs`); "
         "not OpenAI's own fields ([OpenAI compatibility](api.md#openai-compatibility)). A name the function sets "
-        "or limits in the upstream body is refused at init, per dialect (`dialects.COMPUTED_FIELDS`): `openai` "
+        "or limits in the upstream body is refused at init, per dialect (`Dialect.computed_fields`): `openai` "
         "`model`, `messages`, `prompt`, `stream`, `stream_options`, `max_tokens`, `max_completion_tokens`; `tgi` (in "
         "`parameters`) `details`, `max_new_tokens`, `do_sample`, `temperature`, `top_p`, `stop`, `seed`, "
         "`frequency_penalty`, `top_n_tokens`, `grammar`; `lmi` the same with `stop_sequences` and "

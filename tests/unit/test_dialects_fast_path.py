@@ -15,9 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sagestream import dialects
 from sagestream.delta import Delta
-from sagestream.dialects import OpenAIStreamDecoder
+from sagestream.dialects import openai as openai_dialect
+from sagestream.dialects.openai import OpenAIStreamDecoder
 
 _json = st.recursive(
     st.none() | st.booleans() | st.integers(-9, 9) | st.text(max_size=6),
@@ -60,12 +60,12 @@ def test_every_chunk_gives_the_general_paths_deltas(chunk: dict[str, Any]) -> No
     record = json.dumps(chunk)
     short = _decode(record)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(dialects, "_text_only", lambda chunk: None)
+        patch.setattr(openai_dialect, "_text_only", lambda chunk: None)
         general = _decode(record)
     assert short == general
 
 
 def test_a_plain_text_chunk_takes_the_short_path() -> None:
     chunk = {"choices": [{"index": 0, "delta": {"role": None, "content": "Hé"}, "finish_reason": None}]}
-    assert dialects._text_only(chunk) == Delta("Hé")
-    assert dialects._text_only({"choices": [{"delta": {"content": "a", "tool_calls": []}}]}) is None
+    assert openai_dialect._text_only(chunk) == Delta("Hé")
+    assert openai_dialect._text_only({"choices": [{"delta": {"content": "a", "tool_calls": []}}]}) is None

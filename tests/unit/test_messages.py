@@ -15,9 +15,9 @@ from anthropic._models import construct_type_unchecked
 from anthropic.lib.streaming._messages import accumulate_event
 from anthropic.types import RawMessageStreamEvent
 
-from sagestream import dialects
 from sagestream.config import Config
 from sagestream.delta import Delta, Usage
+from sagestream.dialects import dialect_named
 from sagestream.errors import DEADLINE_EXCEEDED, APIError
 from sagestream.messages import MessagesEncoder, message_json
 from sagestream_local.endpoint import Scenario, exception_frame, payload_part_frame
@@ -204,7 +204,7 @@ def test_through_the_relay_a_deadline_cut_is_a_max_tokens_message() -> None:
         yield b'data: {"choices":[{"index":0,"delta":{"content":"Hi"}}]}\n\n'
         raise DeadlineReached()
 
-    items = list(relay(parts(), dialects.stream_decoder("openai"), encoder()))
+    items = list(relay(parts(), dialect_named("openai").stream_decoder(), encoder()))
     err = items[-1][0]
     assert isinstance(err, APIError) and err.code == DEADLINE_EXCEEDED  # the record notes the deadline stop
     message = accumulated(b"".join(data for _, data in items))

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from sagestream import dialects
 from sagestream.config import Config
+from sagestream.dialects import dialect_named
 from sagestream.errors import APIError
 from sagestream.messages import MESSAGES
 
@@ -30,8 +30,8 @@ def chat_body(cfg: Config = CFG, **fields: Any) -> dict[str, Any]:
     """What the container is sent for the request, as the app builds it."""
     parsed = parse(cfg, **fields)
     try:
-        return dialects.upstream_body(
-            cfg.dialect, parsed.request, prompt_template=cfg.prompt_template, stream=False, max_tokens_default=None
+        return dialect_named(cfg.dialect).body(
+            parsed.request, prompt_template=cfg.prompt_template, stream=False, max_tokens_default=None
         )
     except APIError as err:
         raise parsed.in_client_terms(err) from None

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from sagestream.delta import Delta
-from sagestream.dialects import DecodeError, stream_decoder
+from sagestream.dialects import DecodeError, dialect_named
 from sagestream.errors import APIError
 from sagestream.faults import DeadlineReached
 from sagestream.lines import LineTooLong
@@ -35,7 +35,7 @@ def events(data: bytes) -> list[Any]:
 
 @pytest.mark.parametrize("recorded", RECORDED, ids=lambda r: r.name)
 def test_a_recorded_stream_yields_its_deltas_then_done(recorded: Recorded) -> None:
-    items = list(relay([recorded.body], stream_decoder(recorded.dialect), encoder()))
+    items = list(relay([recorded.body], dialect_named(recorded.dialect).stream_decoder(), encoder()))
     assert [item for item, _ in items[:-1]] == recorded.deltas
     assert items[-1] == (None, DONE)
 
@@ -49,7 +49,7 @@ def test_each_delta_is_yielded_before_the_next_part_is_asked_for() -> None:
             yield chunk(text)
 
     seen: list[tuple[str, list[int]]] = []
-    for item, _ in relay(parts(), stream_decoder("openai"), encoder()):
+    for item, _ in relay(parts(), dialect_named("openai").stream_decoder(), encoder()):
         if isinstance(item, Delta) and item.content:
             seen.append((item.content, list(asked)))
     assert seen == [("a", [0]), ("b", [0, 1]), ("c", [0, 1, 2])]
@@ -58,14 +58,14 @@ def test_each_delta_is_yielded_before_the_next_part_is_asked_for() -> None:
 def test_a_delta_split_across_parts_and_inside_a_character_comes_whole_with_the_part_that_ends_it() -> None:
     body = chunk("Grüß 🙂")
     cut = body.index("🙂".encode()) + 2
-    items = relay([body[:cut], body[cut:]], stream_decoder("openai"), encoder())
+    items = relay([body[:cut], body[cut:]], dialect_named("openai").stream_decoder(), encoder())
     first, data = next(items)
     assert isinstance(first, Delta) and first.content == "Grüß 🙂"
     assert events(data)[0]["choices"][0]["delta"] == {"role": "assistant", "content": "Grüß 🙂"}
 
 
 def test_a_stream_that_never_says_why_it_ended_gets_a_stop_chunk() -> None:
-    items = list(relay([chunk("hi")], stream_decoder("openai"), encoder()))
+    items = list(relay([chunk("hi")], dialect_named("openai").stream_decoder(), encoder()))
     stop, data = items[-2]
     assert stop == Delta(finish_reason="stop")
     assert events(data)[0]["choices"][0]["finish_reason"] == "stop"
@@ -73,13 +73,13 @@ def test_a_stream_that_never_says_why_it_ended_gets_a_stop_chunk() -> None:
 
 
 def test_an_empty_answer_still_closes_with_a_chunk_and_done() -> None:
-    items = list(relay([], stream_decoder("tgi"), encoder("completion")))
+    items = list(relay([], dialect_named("tgi").stream_decoder(), encoder("completion")))
     assert [item for item, _ in items] == [Delta(finish_reason="stop"), None]
     assert all(data for _, data in items), "every item of an empty answer writes something"
 
 
 def test_a_usage_only_delta_yields_no_bytes_and_the_usage_chunk_comes_before_done() -> None:
-    items = list(relay([VLLM_CHAT.body], stream_decoder("openai"), encoder(include_usage=True)))
+    items = list(relay([VLLM_CHAT.body], dialect_named("openai").stream_decoder(), encoder(include_usage=True)))
     usage_only = [(item, data) for item, data in items if isinstance(item, Delta) and item.usage is not None]
     assert usage_only and usage_only[0][1] == b""
     last = events(items[-1][1])
@@ -91,7 +91,7 @@ def test_nothing_after_the_dialects_end_is_read() -> None:
         yield TGI.body
         raise AssertionError("a part after the end was asked for")
 
-    items = list(relay(parts(), stream_decoder("tgi"), encoder()))
+    items = list(relay(parts(), dialect_named("tgi").stream_decoder(), encoder()))
     assert items[-1] == (None, DONE)
 
 
@@ -110,7 +110,7 @@ def test_a_fault_before_any_bytes_is_raised_with_its_status(fault: Exception, co
         raise fault
 
     with pytest.raises(APIError) as info:
-        list(relay(parts(), stream_decoder("openai"), encoder()))
+        list(relay(parts(), dialect_named("openai").stream_decoder(), encoder()))
     assert info.value.code == code
 
 
@@ -119,7 +119,7 @@ def test_a_fault_after_the_first_bytes_is_the_last_item_and_no_done_follows() ->
         yield chunk("partial")
         raise APIError.upstream(502, "The model failed while streaming: boom", code="model_stream_error")
 
-    items = list(relay(parts(), stream_decoder("openai"), encoder()))
+    items = list(relay(parts(), dialect_named("openai").stream_decoder(), encoder()))
     err, data = items[-1]
     assert isinstance(err, APIError) and err.code == "model_stream_error"
     assert data == error_event(err)
@@ -132,7 +132,7 @@ def test_the_endpoints_silence_is_a_keepalive_comment_and_starts_the_response() 
         yield SILENCE
         raise APIError.upstream(502, "The model failed while streaming: boom", code="model_stream_error")
 
-    items = list(relay(parts(), stream_decoder("openai"), encoder()))
+    items = list(relay(parts(), dialect_named("openai").stream_decoder(), encoder()))
     assert items[:2] == [(KEEPALIVE, KEEPALIVE_EVENT)] * 2
     # After a keep-alive the status is sent: the fault is the stream's error event, not a raised status.
     err, data = items[-1]
@@ -140,7 +140,7 @@ def test_the_endpoints_silence_is_a_keepalive_comment_and_starts_the_response() 
 
 
 def test_a_parser_fault_mid_stream_travels_as_its_error_event() -> None:
-    items = list(relay([chunk("ok"), b"data: {not json\n\n"], stream_decoder("openai"), encoder()))
+    items = list(relay([chunk("ok"), b"data: {not json\n\n"], dialect_named("openai").stream_decoder(), encoder()))
     err, data = items[-1]
     assert isinstance(err, APIError) and err.code == "upstream_decode_error" and err.status == 502
     assert events(data) == [err.body()]
@@ -151,7 +151,7 @@ def test_the_deadline_mid_stream_ends_the_answer_with_length_then_its_error() ->
         yield LMI.body.split(b"\n")[0] + b"\n"
         raise DeadlineReached()
 
-    items = list(relay(parts(), stream_decoder("lmi"), encoder("completion")))
+    items = list(relay(parts(), dialect_named("lmi").stream_decoder(), encoder("completion")))
     (cut, cut_data), (err, err_data) = items[-2:]
     assert cut == Delta(finish_reason="length")
     assert events(cut_data)[0]["choices"][0]["finish_reason"] == "length"
@@ -161,5 +161,5 @@ def test_the_deadline_mid_stream_ends_the_answer_with_length_then_its_error() ->
 
 def test_the_decoders_own_exception_never_escapes_unmapped() -> None:
     with pytest.raises(APIError) as info:
-        list(relay([b"data: [1]\n\n"], stream_decoder("openai"), encoder()))
+        list(relay([b"data: [1]\n\n"], dialect_named("openai").stream_decoder(), encoder()))
     assert not isinstance(info.value, DecodeError) and info.value.code == "upstream_decode_error"

@@ -16,9 +16,8 @@ from openai._models import construct_type
 from openai.lib.streaming.responses._responses import ResponseStreamState
 from openai.types.responses import ResponseStreamEvent
 
-from sagestream import dialects
 from sagestream.delta import Delta, Usage
-from sagestream.dialects import stream_decoder
+from sagestream.dialects import UpstreamStreamError, dialect_named
 from sagestream.faults import DeadlineReached
 from sagestream.relay import relay
 from sagestream.responses import ResponsesEncoder, response_json
@@ -191,7 +190,7 @@ VLLM_TOKENS = [
 
 def relayed(parts: Any) -> list[tuple[Any, bytes]]:
     encoder = ResponsesEncoder(parse({"input": "Hi", "stream": True}).original, model="m")
-    return list(relay(parts, stream_decoder("openai"), encoder))
+    return list(relay(parts, dialect_named("openai").stream_decoder(), encoder))
 
 
 def test_the_relay_writes_one_write_per_delta_and_the_end() -> None:
@@ -219,7 +218,7 @@ def test_the_deadline_after_the_first_byte_ends_incomplete_and_never_completed()
 def test_a_failure_after_the_first_byte_is_an_error_event_then_response_failed() -> None:
     def parts() -> Any:
         yield from VLLM_TOKENS
-        raise dialects.UpstreamStreamError("the model died")
+        raise UpstreamStreamError("the model died")
 
     items = relayed(parts())
     payloads = [p for p in split(items[-1][1])]

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from sagestream import dialects
 from sagestream.config import Config
 from sagestream.delta import Delta
+from sagestream.dialects import dialect_named
 from sagestream.errors import APIError
 from sagestream.responses import RESPONSES
 from tests.unit.test_app import make as make_app
@@ -70,7 +70,7 @@ def test_items_become_the_chat_conversation_calls_joined_to_their_turn_and_reaso
             "tools": [TOOL],
         }
     )
-    body = dialects.upstream_body("openai", parsed.request, prompt_template=None, stream=False, max_tokens_default=None)
+    body = dialect_named("openai").body(parsed.request, prompt_template=None, stream=False, max_tokens_default=None)
     assert body["messages"] == [
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": "Weather?"},
@@ -195,8 +195,8 @@ def test_a_prompt_dialects_refusal_names_the_responses_field(cfg: Config, body: 
     # rename, as here.
     parsed = parse(body, cfg)
     with pytest.raises(APIError) as info:
-        dialects.upstream_body(
-            cfg.dialect, parsed.request, prompt_template=cfg.prompt_template, stream=False, max_tokens_default=None
+        dialect_named(cfg.dialect).body(
+            parsed.request, prompt_template=cfg.prompt_template, stream=False, max_tokens_default=None
         )
     err = parsed.in_client_terms(info.value)
     assert err.status == 400 and err.param == param and f"'{param}'" in err.message
@@ -212,8 +212,8 @@ def test_the_route_answers_a_dialects_refusal_under_the_responses_name() -> None
 def test_every_dialect_builds_its_body_from_the_translated_request() -> None:
     for cfg in (CFG, TGI, LMI):
         parsed = parse({"input": "Hi", "instructions": "Be brief.", "max_output_tokens": 7, "temperature": 0.5}, cfg)
-        body = dialects.upstream_body(
-            cfg.dialect, parsed.request, prompt_template=cfg.prompt_template, stream=False, max_tokens_default=None
+        body = dialect_named(cfg.dialect).body(
+            parsed.request, prompt_template=cfg.prompt_template, stream=False, max_tokens_default=None
         )
         assert "Be brief." in json.dumps(body) and "Hi" in json.dumps(body)
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sagestream.dialects import upstream_body
+from sagestream.dialects import dialect_named
 from sagestream.errors import APIError
 from sagestream.schema import MAX_JSON_DEPTH, ChatCompletionRequest, parse_chat, parse_completion
 
@@ -432,7 +432,7 @@ def test_a_request_at_the_depth_limit_parses_and_its_upstream_body_builds() -> N
     assert depth(json.loads(raw)) == MAX_JSON_DEPTH
     request = parse_chat(raw, max_tokens_limit=None)
     for dialect in ("openai", "tgi"):
-        upstream_body(dialect, request, prompt_template="chatml", stream=True, max_tokens_default=None)
+        dialect_named(dialect).body(request, prompt_template="chatml", stream=True, max_tokens_default=None)
 
 
 def test_the_depth_limit_keeps_well_under_pydantics_serializer_limit() -> None:
@@ -443,7 +443,7 @@ def test_the_depth_limit_keeps_well_under_pydantics_serializer_limit() -> None:
         deep = {"a": deep}
     tool = {"type": "function", "function": {"name": "f", "parameters": deep}}
     request = ChatCompletionRequest.model_validate({"messages": [USER], "tools": [tool]})
-    upstream_body("openai", request, prompt_template=None, stream=True, max_tokens_default=None)
+    dialect_named("openai").body(request, prompt_template=None, stream=True, max_tokens_default=None)
 
 
 def test_a_vendor_field_nested_past_the_limit_is_refused_by_its_name() -> None:

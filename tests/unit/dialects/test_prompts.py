@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sagestream.prompts import names, template
+from sagestream.dialects.prompts import names, template
 
 CONVERSATION = [("system", "Be brief."), ("user", "  Hi  "), ("assistant", "Hello."), ("user", "Où?")]
 
