@@ -20,8 +20,9 @@ from collections.abc import Callable
 from typing import Any
 
 from sagestream.delta import Delta, Usage
-from sagestream.messages import MessagesEncoder
-from sagestream.sse import ChunkEncoder, StreamEncoder
+from sagestream.protocols._api import StreamEncoder
+from sagestream.protocols.anthropic.encoder import MessagesEncoder
+from sagestream.protocols.openai.encoder import ChunkEncoder
 
 WORDS = ("the", " river", " runs", " to", " sea", ",", " café", " 日本", " and", " back", ".", "\n")
 

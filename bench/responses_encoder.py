@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from sagestream.delta import Delta, Usage
-from sagestream.responses import ResponsesEncoder
-from sagestream.responses_request import parse_responses
-from sagestream.sse import ChunkEncoder
+from sagestream.protocols.openai.encoder import ChunkEncoder
+from sagestream.protocols.responses.encoder import ResponsesEncoder
+from sagestream.protocols.responses.request import parse_responses
 
 TARGET_RATIO = 1.10
 

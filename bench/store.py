@@ -1,7 +1,8 @@
 """Stored responses' write and read latency, against moto's DynamoDB server on loopback (what ``make run`` uses).
 
 ``python -m bench.store``: for a short chat, a long conversation and one near the request limit, the wall time
-of :class:`sagestream.store.DynamoStore`'s ``put`` (after the answer's last byte, never before a token) and
+of :class:`sagestream.protocols.responses.store.DynamoStore`'s ``put`` (after the answer's last byte, never
+before a token) and
 ``get`` (before a continuation's first token), medians of several rounds, and the compressed size, which
 sets DynamoDB's request units (docs/deploy.md, "Stored responses"). moto answers in-process: these are the
 store's own costs (compression, JSON, botocore, HTTP on loopback), not DynamoDB's service latency, which a
@@ -16,7 +17,7 @@ import statistics
 import time
 import uuid
 
-from sagestream.store import DynamoStore, encode, owner_of
+from sagestream.protocols.responses.store import DynamoStore, encode, owner_of
 from sagestream_local.dynamodb import LocalDynamoDB
 
 WORDS = [

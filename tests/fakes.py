@@ -33,9 +33,9 @@ import botocore.config
 from sagestream.delta import Delta, Usage
 from sagestream.dialects import dialect_named
 from sagestream.function_url import decode_prelude, encode_prelude
+from sagestream.protocols.openai.encoder import ChunkEncoder
 from sagestream.relay import relay
 from sagestream.runtime import LambdaContext
-from sagestream.sse import ChunkEncoder
 from sagestream_local.endpoint import (
     EVENTSTREAM_CONTENT_TYPE,
     Scenario,

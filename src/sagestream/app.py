@@ -47,7 +47,6 @@ from typing import TYPE_CHECKING, Any
 from snapshot_restore_py import register_after_restore
 
 from sagestream import faults, sagemaker_ids, upstream
-from sagestream.apis import CHAT, COMPLETIONS, ClientAPI, Parsed
 from sagestream.auth import Authenticator, presented_keys, requires_key
 from sagestream.config import Config
 from sagestream.delta import Delta
@@ -55,13 +54,15 @@ from sagestream.dialects import DecodeError, UpstreamStreamError, dialect_named
 from sagestream.errors import APIError
 from sagestream.function_url import media_type
 from sagestream.http import JSON_HEADERS, SSE_HEADERS, Request, Route, Writer
-from sagestream.messages import MESSAGES
+from sagestream.protocols._api import ClientAPI, Parsed, StreamEncoder
+from sagestream.protocols.anthropic import MESSAGES
+from sagestream.protocols.openai import CHAT, COMPLETIONS
+from sagestream.protocols.openai.encoder import error_event
+from sagestream.protocols.responses import RESPONSES
 from sagestream.record import StreamRecord
 from sagestream.relay import KEEPALIVE, relay
-from sagestream.responses import RESPONSES
 from sagestream.runtime import ClientDisconnected, LambdaContext, ResponseStream, WriteTimedOut
 from sagestream.sagemaker_ids import UpstreamIds
-from sagestream.sse import StreamEncoder, error_event
 from sagestream.telemetry import Telemetry, prompt_of
 
 if TYPE_CHECKING:
@@ -378,8 +379,8 @@ class App:
 
     def _stored_response(self, call: Call, rest: str) -> None:
         """``GET`` / ``DELETE /v1/responses/{id}`` and ``GET /v1/responses/{id}/input_items``: the caller's own."""
-        from sagestream import stored
-        from sagestream.store import StoreError, owner_of
+        from sagestream.protocols.responses import stored
+        from sagestream.protocols.responses.store import StoreError, owner_of
 
         response_id, _, tail = rest.partition("/")
         method = call.request.method

@@ -53,7 +53,7 @@ __all__ = ["AUTH_MODES", "Config", "ConfigError", "ModelTarget", "parse_models"]
 def openai_fields() -> frozenset[str]:
     """The request fields the OpenAI models validate. The models (and pydantic) load only when asked:
     init does not need them unless EXTRA_REQUEST_FIELDS is set."""
-    from sagestream.schema import ChatCompletionRequest, CompletionRequest
+    from sagestream.protocols.openai.request import ChatCompletionRequest, CompletionRequest
 
     return frozenset(ChatCompletionRequest.model_fields) | frozenset(CompletionRequest.model_fields)
 

@@ -1,8 +1,8 @@
 """The pump: PayloadPart bytes in, ``(delta, bytes)`` out. No I/O, no clock, no invocation record.
 
 One streamed answer goes PayloadPart bytes → :class:`~sagestream.lines.LineSplitter` → SSE line →
-dialect decoder → :class:`~sagestream.delta.Delta` → the client API's
-:class:`~sagestream.sse.StreamEncoder` (:class:`~sagestream.sse.ChunkEncoder` for OpenAI's) → bytes.
+dialect decoder → :class:`~sagestream.delta.Delta` → the client API's :class:`~sagestream.protocols.StreamEncoder`
+(:class:`~sagestream.protocols.openai.encoder.ChunkEncoder` for OpenAI's) → bytes.
 :func:`relay` is that path as a generator: it yields each delta with its bytes the moment the part that
 completed it has been split and decoded, before it asks for the next part (invariant 1 of
 docs/architecture.md); whoever iterates writes the bytes and notes the delta. The bytes may be empty:
@@ -29,7 +29,7 @@ Example::
 
     >>> import json
     >>> from sagestream.dialects import dialect_named
-    >>> from sagestream.sse import ChunkEncoder
+    >>> from sagestream.protocols.openai.encoder import ChunkEncoder
     >>> encoder = ChunkEncoder(model="m", kind="completion", include_usage=False, id="cmpl-1", created=0)
     >>> parts = [b'data: {"choices": [{"text": "Hi"}]}\\n\\ndata: {"choices": [{"te', b'xt": "!"}]}\\n\\n']
     >>> for item, data in relay(parts, dialect_named("openai").stream_decoder(), encoder):
@@ -49,7 +49,7 @@ from sagestream.dialects import StreamDecoder
 from sagestream.errors import DEADLINE_EXCEEDED, APIError
 from sagestream.faults import error_from
 from sagestream.lines import LineSplitter, decode_line, sse_data
-from sagestream.sse import StreamEncoder
+from sagestream.protocols._api import StreamEncoder
 
 __all__ = ["KEEPALIVE", "KEEPALIVE_EVENT", "Item", "KeepAlive", "relay"]
 

@@ -36,7 +36,7 @@ from collections.abc import Callable
 from typing import Any, Literal, NamedTuple
 
 from sagestream.dialects import DIALECTS, prompts
-from sagestream.sse import MIN_PAD_BYTES
+from sagestream.protocols._wire import MIN_PAD_BYTES
 
 
 class ConfigError(ValueError):

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from sagestream.messages import REFUSED_HEADERS
+from sagestream.protocols.anthropic import REFUSED_HEADERS
 from sagestream_local import cors
 from tests.cfn import load_template
 from tests.deploy.conftest import ROOT, SAM_ENV, sam_lint, with_defaults

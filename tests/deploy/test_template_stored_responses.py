@@ -1,5 +1,5 @@
 """``ResponsesStore=dynamodb`` through both transforms as CloudFormation runs them: a table laid out as
-sagestream.store reads it, and a role that may do only what the store does, on that table."""
+sagestream.protocols.responses.store reads it, and a role that may do only what the store does, on that table."""
 
 from __future__ import annotations
 

@@ -7,7 +7,8 @@ import re
 import pytest
 
 from sagestream.config import Config, ConfigError
-from sagestream.sse import MIN_PAD_BYTES, ChunkEncoder
+from sagestream.protocols._wire import MIN_PAD_BYTES
+from sagestream.protocols.openai.encoder import ChunkEncoder
 
 BASE = {"SAGEMAKER_ENDPOINT_NAME": "llm"}
 

@@ -14,7 +14,7 @@ from sagestream.delta import Delta, Usage
 from sagestream.dialects import DIALECTS, DecodeError, UpstreamStreamError, dialect_named
 from sagestream.errors import APIError
 from sagestream.faults import error_from
-from sagestream.schema import parse_chat, parse_completion
+from sagestream.protocols.openai.request import parse_chat, parse_completion
 from tests.fakes import LMI, RECORDED, TGI, VLLM_CHAT, Recorded, relay_deltas
 
 

@@ -14,8 +14,8 @@ from sagestream.dialects import DecodeError, dialect_named
 from sagestream.errors import APIError
 from sagestream.faults import DeadlineReached
 from sagestream.lines import LineTooLong
+from sagestream.protocols.openai.encoder import DONE, ChunkEncoder, error_event
 from sagestream.relay import KEEPALIVE, KEEPALIVE_EVENT, relay
-from sagestream.sse import DONE, ChunkEncoder, error_event
 from sagestream.upstream import SILENCE
 from tests.fakes import LMI, RECORDED, TGI, VLLM_CHAT, Recorded
 

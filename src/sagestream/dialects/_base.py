@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
     # At run time the request models are imported where a request is at hand, so that the function's init
     # does without them (see docs/benchmark.md, cold start).
-    from sagestream.schema import ChatCompletionRequest, CompletionRequest
+    from sagestream.protocols.openai.request import ChatCompletionRequest, CompletionRequest
 
     AnyRequest = ChatCompletionRequest | CompletionRequest
 

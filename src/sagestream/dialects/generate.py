@@ -41,7 +41,7 @@ from sagestream.errors import APIError
 
 if TYPE_CHECKING:
     from sagestream.dialects._base import AnyRequest
-    from sagestream.schema import ChatCompletionRequest, CompletionRequest
+    from sagestream.protocols.openai.request import ChatCompletionRequest, CompletionRequest
 
 __all__ = ["MESSAGES_API", "NOT_CARRIED", "GenerateDialect", "GenerateStreamDecoder", "LogprobsWanted"]
 
@@ -96,7 +96,7 @@ class GenerateDialect(Dialect):
         return {"inputs": prompt, "parameters": parameters, "stream": stream}
 
     def _prompt(self, request: AnyRequest, prompt_template: str | None) -> str:
-        from sagestream.schema import CompletionRequest
+        from sagestream.protocols.openai.request import CompletionRequest
 
         if isinstance(request, CompletionRequest):
             return request.prompt_text
@@ -219,7 +219,7 @@ class LogprobsWanted:
     def of(cls, request: ChatCompletionRequest | CompletionRequest | None) -> LogprobsWanted | None:
         if request is None:
             return None
-        from sagestream.schema import ChatCompletionRequest, CompletionRequest
+        from sagestream.protocols.openai.request import ChatCompletionRequest, CompletionRequest
 
         if isinstance(request, ChatCompletionRequest) and request.logprobs:
             return cls("chat", request.top_logprobs or 0)

@@ -46,7 +46,7 @@ class OpenAIDialect(Dialect):
         in_call: frozenset[str] = frozenset(),
     ) -> dict[str, Any]:
         """The request as the client sent it, less the fields the function sets (``in_call`` fields stay in)."""
-        from sagestream.schema import ChatCompletionRequest
+        from sagestream.protocols.openai.request import ChatCompletionRequest
 
         max_tokens = request.effective_max_tokens
         if max_tokens is None:

@@ -6,7 +6,7 @@ decoding to a JSON Schema, OpenAI's ``response_format``); it has no ``presence_p
 Example::
 
     >>> from sagestream.errors import APIError
-    >>> from sagestream.schema import parse_chat
+    >>> from sagestream.protocols.openai.request import parse_chat
     >>> chat = parse_chat(b'{"messages": [{"role": "user", "content": "Hi"}], "tools": []}', max_tokens_limit=None)
     >>> try:
     ...     TGIDialect().body(chat, prompt_template="chatml", stream=True, max_tokens_default=None)

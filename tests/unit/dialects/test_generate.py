@@ -9,7 +9,7 @@ import pytest
 
 from sagestream.dialects import DecodeError, dialect_named
 from sagestream.errors import APIError
-from sagestream.schema import parse_chat
+from sagestream.protocols.openai.request import parse_chat
 from tests.unit.test_dialects import CALL, IMAGE, TOOL, chat, refused
 
 

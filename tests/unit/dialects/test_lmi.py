@@ -6,7 +6,7 @@ import pytest
 
 from sagestream.delta import Delta, Usage
 from sagestream.dialects import UpstreamStreamError, dialect_named
-from sagestream.schema import parse_chat, parse_completion
+from sagestream.protocols.openai.request import parse_chat, parse_completion
 from tests.unit.test_dialects import chat, refused
 
 

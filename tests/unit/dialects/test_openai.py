@@ -8,7 +8,7 @@ import pytest
 
 from sagestream.delta import Delta, Usage
 from sagestream.dialects import DecodeError, dialect_named
-from sagestream.schema import parse_chat, parse_completion
+from sagestream.protocols.openai.request import parse_chat, parse_completion
 from tests.unit.test_dialects import CALL, TOOL, chat, vllm
 
 

@@ -6,7 +6,7 @@ import json
 
 from sagestream.delta import Delta, Usage
 from sagestream.dialects import dialect_named
-from sagestream.schema import parse_chat, parse_completion
+from sagestream.protocols.openai.request import parse_chat, parse_completion
 from tests.unit.test_dialects import chat, tgi_event
 
 

@@ -13,7 +13,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from sagestream.delta import Delta, Usage
 from sagestream.errors import APIError
-from sagestream.sse import DONE, ChunkEncoder, completion_json, error_event
+from sagestream.protocols.openai.encoder import DONE, ChunkEncoder, completion_json, error_event
 
 ANSWER = [
     Delta("", role="assistant"),

@@ -1,5 +1,5 @@
 """The Responses API's stored responses (``RESPONSES_STORE=dynamodb``): ``previous_response_id``, and ``GET`` /
-``DELETE /v1/responses/{id}`` and its ``input_items``, over :mod:`sagestream.store`.
+``DELETE /v1/responses/{id}`` and its ``input_items``, over :mod:`sagestream.protocols.responses.store`.
 
 A request that continues a stored response is the stored response's whole input, then its output items, then the
 new input, as the model saw them (``instructions`` are not carried over, as OpenAI documents): one read,
@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from sagestream.errors import APIError
-from sagestream.store import DynamoStore, Stored, StoreError, owner_of
+from sagestream.protocols.responses.store import DynamoStore, Stored, StoreError, owner_of
 
 if TYPE_CHECKING:
     from sagestream.config import Config

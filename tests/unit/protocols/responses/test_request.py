@@ -13,7 +13,7 @@ from sagestream.config import Config
 from sagestream.delta import Delta
 from sagestream.dialects import dialect_named
 from sagestream.errors import APIError
-from sagestream.responses import RESPONSES
+from sagestream.protocols.responses import RESPONSES
 from tests.unit.test_app import make as make_app
 from tests.unit.test_app import run
 

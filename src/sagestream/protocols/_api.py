@@ -1,26 +1,27 @@
-"""The client APIs a completion route speaks: how its request reads and how its answers and errors are written.
+"""What every client protocol answers: :class:`ClientAPI`, the request it hands the pipeline (:class:`Parsed`),
+and the :class:`StreamEncoder` its streamed answers are written by.
 
 Every completion route runs the same pipeline (:meth:`sagestream.app.App._complete`): the body is read
-into a *chat-shaped* request (:class:`~sagestream.schema.ChatCompletionRequest` or
-:class:`~sagestream.schema.CompletionRequest`), which the dialects turn into the container's body and
+into a *chat-shaped* request (:class:`~sagestream.protocols.openai.request.ChatCompletionRequest` or
+:class:`~sagestream.protocols.openai.request.CompletionRequest`), which the dialects turn into the container's body and
 whose deltas :func:`sagestream.relay.relay` decodes; what differs between APIs is only at the edges:
 
 - :meth:`ClientAPI.parse`: the API's own request model, read and translated into the chat-shaped request
   (:class:`Parsed` keeps both: the encoder may need the original, to echo it);
-- :meth:`ClientAPI.encoder`: the :class:`~sagestream.sse.StreamEncoder` of a streamed answer;
+- :meth:`ClientAPI.encoder`: the :class:`StreamEncoder` of a streamed answer;
 - :meth:`ClientAPI.whole`: the bytes of a whole (non-streamed) answer;
 - :meth:`ClientAPI.error_body`: an error before the first byte, in the API's error shape.
 
-A new client API is one more :class:`ClientAPI` and one more route in ``app``, never a second relay loop.
+A new client protocol is one more package here, with its :class:`ClientAPI` and its routes, and one line in
+:mod:`sagestream.protocols`; never a second relay loop.
 
 Environment variables read: none.
 
 Example::
 
-    >>> CHAT.kind, COMPLETIONS.kind
-    ('chat', 'completion')
-    >>> CHAT.error_body(APIError.invalid_request("bad", param="messages"))[:31]
-    b'{"error":{"message":"bad","type'
+    >>> err = in_client_terms(APIError.invalid_request("bad", param="user"), {"user": "metadata.user_id"})
+    >>> err.param
+    'metadata.user_id'
 """
 
 from __future__ import annotations
@@ -32,15 +33,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 from sagestream.delta import Delta
 from sagestream.errors import APIError
 
-# The request models load at init: the first request after a cold start is a completion and needs them;
-# deferring them moved ~100 ms onto that request's first token (and off provisioned concurrency's init).
-from sagestream.schema import ChatCompletionRequest, CompletionRequest, parse_chat, parse_completion
-from sagestream.sse import ChunkEncoder, Kind, StreamEncoder, completion_json
-
 if TYPE_CHECKING:
     from sagestream.config import Config
+    from sagestream.protocols.openai.request import ChatCompletionRequest, CompletionRequest
 
-__all__ = ["CHAT", "COMPLETIONS", "ClientAPI", "OpenAICompletions", "Parsed", "in_client_terms"]
+__all__ = ["ClientAPI", "Parsed", "StreamEncoder", "in_client_terms"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,36 +122,20 @@ class ClientAPI(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True)
-class OpenAICompletions:
-    """OpenAI's ``/v1/chat/completions`` (``kind="chat"``) or ``/v1/completions`` (``kind="completion"``)."""
+class StreamEncoder(Protocol):
+    """What :func:`sagestream.relay.relay` needs of a client API's streamed format: one encoder per response.
 
-    kind: Kind
+    Each method returns the bytes of one write (several SSE events may share it) and writes nothing.
+    """
 
-    def check_headers(self, headers: Mapping[str, str]) -> tuple[str, ...]:
-        return ()  # OpenAI's headers (organization, project, beta) ask nothing of the relay
+    def encode(self, delta: Delta) -> bytes:
+        """The events for ``delta``; empty bytes if it carries nothing to send now."""
+        ...
 
-    def parse(self, raw: bytes, cfg: Config, caller: str = "") -> Parsed:
-        parse = parse_chat if self.kind == "chat" else parse_completion
-        request = parse(
-            raw,
-            max_tokens_limit=cfg.max_tokens_limit,
-            extra_fields=cfg.extra_request_fields,
-            max_prompt_chars=cfg.max_prompt_chars,
-        )
-        return Parsed(request, request)
+    def done(self) -> bytes:
+        """The normal end of the stream (after the delta that carried the finish reason)."""
+        ...
 
-    def encoder(self, parsed: Parsed, cfg: Config) -> StreamEncoder:
-        return ChunkEncoder(
-            model=cfg.model_id, kind=self.kind, include_usage=parsed.request.include_usage, pad_bytes=cfg.sse_pad_bytes
-        )
-
-    def whole(self, answer: Delta, parsed: Parsed, cfg: Config) -> bytes:
-        return completion_json(answer, model=cfg.model_id, kind=self.kind)
-
-    def error_body(self, err: APIError) -> bytes:
-        return err.json_bytes()
-
-
-CHAT = OpenAICompletions("chat")
-COMPLETIONS = OpenAICompletions("completion")
+    def error(self, err: APIError) -> bytes:
+        """The API's one error event after the first byte; nothing normal follows it (invariant 6)."""
+        ...

@@ -1,17 +1,4 @@
-"""OpenAI's Responses API (``POST /v1/responses``), stateless, over the one pipeline.
-
-The request is modelled on the openai SDK's ``openai.types.responses.response_create_params`` field for
-field and translated into the chat-shaped :class:`~sagestream.schema.ChatCompletionRequest`, so every
-dialect builds its body from it unchanged (:func:`sagestream.dialects.upstream_body`); a refusal there
-names the Responses field (``max_output_tokens``, ``text.format``, ``input.2``), not the chat one.
-Each field is translated, echoed in the response, or refused by name; a field OpenAI does not define is
-refused as OpenAI refuses it (``Unrecognized request argument supplied``).
-
-Nothing is stored: ``previous_response_id``, ``conversation``, ``background`` and ``item_reference``
-inputs are refused with 400 naming the field; ``store: true`` (OpenAI's default) is accepted and the
-response says ``"store": false``: no object is kept for a later ``GET``, which is a 404 (``app``).
-
-The stream is OpenAI's event sequence, one :class:`ResponsesEncoder` per answer over the same
+"""The stream is OpenAI's event sequence, one :class:`ResponsesEncoder` per answer over the same
 :class:`~sagestream.delta.Delta` objects the chat encoder reads: ``response.created`` and
 ``response.in_progress`` go out in the first delta's write; each output item (``reasoning``, ``message``,
 ``function_call``) is added when its first fragment arrives, its text or argument fragments go out as they
@@ -31,10 +18,8 @@ Environment variables read: none.
 Example::
 
     >>> from sagestream.config import Config
-    >>> cfg = Config.from_env({"SAGEMAKER_ENDPOINT_NAME": "e", "AUTH_MODE": "none"})
-    >>> parsed = RESPONSES.parse(b'{"input": "Hi", "instructions": "Be brief."}', cfg)
-    >>> parsed.request.plain_messages()
-    [('system', 'Be brief.'), ('user', 'Hi')]
+    >>> from sagestream.protocols.responses import RESPONSES
+    >>> parsed = RESPONSES.parse(b'{"input": "Hi"}', Config.from_env({"SAGEMAKER_ENDPOINT_NAME": "e"}))
     >>> encoder = ResponsesEncoder(parsed.original, model="m", id="resp_1", created_at=0)
     >>> [event.split(b"\\n")[0] for event in encoder.encode(Delta(content="Hi")).split(b"\\n\\n")[:-1]]
     [b'event: response.created', b'event: response.in_progress', b'event: response.output_item.added', \
@@ -43,45 +28,20 @@ b'event: response.content_part.added', b'event: response.output_text.delta']
 
 from __future__ import annotations
 
-import base64
-import functools
-import json
 import time
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from sagestream.apis import Parsed
 from sagestream.delta import Delta, Usage, is_text_only
 from sagestream.errors import DEADLINE_EXCEEDED, APIError
+from sagestream.protocols._wire import dumps, json_string, new_id, padding
+from sagestream.protocols.responses.sealing import seal
 
 if TYPE_CHECKING:
-    from sagestream.config import Config
-    from sagestream.responses_request import ResponseCreateRequest
+    from sagestream.protocols.responses.request import ResponseCreateRequest
 
-__all__ = ["RESPONSES", "SEALED_REASONING", "ResponsesAPI", "ResponsesEncoder", "response_json", "seal", "unseal"]
-
-# The hosted tools (OpenAI runs them; a model container cannot) a request carried and the model was not offered.
-UNOFFERED_HEADER = "x-sagestream-unoffered-tools"
-
-# A reasoning item's encrypted_content, when a client asks for it (store: false clients such as Codex do, to send
-# reasoning back on the next turn): the reasoning text itself in base64 behind this prefix. Not encrypted (the
-# client was sent the text in the clear anyway): it only has to come back here and be read.
-SEALED_REASONING = "sagestream.reasoning.v1:"
-
-
-def seal(text: str) -> str:
-    return SEALED_REASONING + base64.b64encode(text.encode()).decode()
-
-
-def unseal(sealed: str) -> str | None:
-    if not sealed.startswith(SEALED_REASONING):
-        return None
-    try:
-        return base64.b64decode(sealed[len(SEALED_REASONING) :], validate=True).decode()
-    except (ValueError, UnicodeDecodeError):
-        return None
+__all__ = ["ResponsesEncoder", "response_json"]
 
 
 # --- the answer ---------------------------------------------------------------------------------------------
@@ -118,39 +78,6 @@ def _function_name(chat_name: str, namespaced: Mapping[str, tuple[str, str]]) ->
         namespace, name = namespaced[chat_name]
         return {"name": name, "namespace": namespace}
     return {"name": chat_name}
-
-
-def _new_id(prefix: str) -> str:
-    return prefix + uuid.uuid4().hex
-
-
-def _not_json(obj: Any) -> Any:
-    raise TypeError(f"Object of type {type(obj).__name__} is not JSON serializable")
-
-
-# json's C encoder, made once with json.dumps(ensure_ascii=False, separators=(",", ":"))'s options and no
-# circular-reference check (events are built from JSON values): JSONEncoder.encode builds one per call, which
-# is half of what serialising a small event costs, and a response writes several per item.
-_c_make_encoder: Any = getattr(json.encoder, "c_make_encoder", None)
-_c_encode_basestring: Any = getattr(json.encoder, "c_encode_basestring", None)
-_C_ENCODER: Any = (
-    _c_make_encoder(None, _not_json, _c_encode_basestring, None, ":", ",", False, False, True)
-    if _c_make_encoder is not None and _c_encode_basestring is not None
-    else None
-)
-_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
-
-
-def _dumps(obj: Any) -> bytes:
-    """``obj`` as compact JSON bytes, as ``json.dumps(obj, ensure_ascii=False, separators=(",", ":"))``."""
-    if _C_ENCODER is not None:
-        return "".join(_C_ENCODER(obj, 0)).encode()
-    return _JSON.encode(obj).encode()
-
-
-# json's own C encoder of one string (what json.dumps(s, ensure_ascii=False) runs), without the Python frame
-# of JSONEncoder.encode around it: the text-delta path runs it once per delta.
-_json_string: Any = getattr(json.encoder, "c_encode_basestring", None) or json.encoder.encode_basestring
 
 
 def _echo(request: ResponseCreateRequest) -> dict[str, Any]:
@@ -269,16 +196,16 @@ class ResponsesEncoder:
     ) -> None:
         self.request = request
         self.model = model
-        self.id = id if id is not None else _new_id("resp_")
+        self.id = id if id is not None else new_id("resp_")
         self.created_at = created_at if created_at is not None else int(time.time())
         self.usage: Usage | None = None
         self.final: bytes | None = None  # the response object as the client last got it whole (not a failed one)
         self._echo = _echo(request)
-        from sagestream.responses_request import namespaced_tools  # loaded by the request's parse already
+        from sagestream.protocols.responses.request import namespaced_tools  # loaded by the request's parse already
 
         self._namespaced = namespaced_tools(request)
         self._echo_json: bytes | None = None
-        self._padding = b":" + b" " * (pad_bytes - 3) + b"\n\n" if pad_bytes else b""
+        self._padding = padding(pad_bytes)
         self._seq = 0
         self._started = False
         self._open: _Item | None = None
@@ -303,7 +230,7 @@ class ResponsesEncoder:
         seq = self._seq
         self._seq += 1
         return (
-            b"event: " + kind.encode() + b"\ndata: " + _dumps({"type": kind, **body, "sequence_number": seq}) + b"\n\n"
+            b"event: " + kind.encode() + b"\ndata: " + dumps({"type": kind, **body, "sequence_number": seq}) + b"\n\n"
         )
 
     def _fill(self, data: bytes) -> bytes:
@@ -314,7 +241,7 @@ class ResponsesEncoder:
     def _snapshot(self, status: str, *, error: dict[str, Any] | None = None, incomplete: str | None = None) -> bytes:
         """The response object as it stands, as JSON; the request's settings in it are serialised once."""
         if self._echo_json is None:
-            self._echo_json = _dumps(self._echo)[1:-1]
+            self._echo_json = dumps(self._echo)[1:-1]
         head = {
             "id": self.id,
             "object": "response",
@@ -327,8 +254,8 @@ class ResponsesEncoder:
             "model": self.model,
             "output": self._done,
         }
-        usage = _dumps(_usage(self.usage))
-        return self._fill(_dumps(head)[:-1] + b"," + self._echo_json + b',"usage":' + usage + b"}")
+        usage = dumps(_usage(self.usage))
+        return self._fill(dumps(head)[:-1] + b"," + self._echo_json + b',"usage":' + usage + b"}")
 
     def _lifecycle(self, kind: str, response: bytes) -> bytes:
         """A ``response.*`` event around the response's JSON."""
@@ -432,10 +359,10 @@ class ResponsesEncoder:
         where = {"item_id": item.id, "output_index": item.output_index}
         marker = "\x00" + item.id  # a NUL (escaped in JSON) and a random id: never in the answer by chance
         whole = "".join(item.parts)
-        text_json = _json_string(whole).encode()
-        self._texts.append((_dumps(marker), text_json))
+        text_json = json_string(whole).encode()
+        self._texts.append((dumps(marker), text_json))
         if item.kind == "reasoning" and self._sealed_reasoning:
-            self._texts.append((_dumps("\x00sealed" + item.id), _dumps(seal(whole))))
+            self._texts.append((dumps("\x00sealed" + item.id), dumps(seal(whole))))
         done = self._item_json(item, status, marker)
         self._done.append(done)
         if item.kind == "message" and not self._with_logprobs:
@@ -517,7 +444,7 @@ class ResponsesEncoder:
             self._text_parts.append(delta.content)
             seq = self._seq
             self._seq = seq + 1
-            return self._text_event % (_json_string(delta.content).encode(), seq)
+            return self._text_event % (json_string(delta.content).encode(), seq)
         return self._encode(delta)
 
     def _encode(self, delta: Delta) -> bytes:
@@ -532,7 +459,7 @@ class ResponsesEncoder:
         if reasoning:
             if self._open is None or self._open.kind != "reasoning":
                 out += self._close("completed")
-                out += self._open_item(_Item("reasoning", _new_id("rs_"), self._next_index(), []))
+                out += self._open_item(_Item("reasoning", new_id("rs_"), self._next_index(), []))
             item = self._open
             assert item is not None
             item.parts.append(reasoning)
@@ -548,7 +475,7 @@ class ResponsesEncoder:
         if delta.refusal:
             if self._open is None or self._open.kind != "refusal":
                 out += self._close("completed")
-                out += self._open_item(_Item("refusal", _new_id("msg_"), self._next_index(), []))
+                out += self._open_item(_Item("refusal", new_id("msg_"), self._next_index(), []))
             item = self._open
             assert item is not None
             item.parts.append(delta.refusal)
@@ -560,7 +487,7 @@ class ResponsesEncoder:
         if text:
             if self._open is None or self._open.kind != "message":
                 out += self._close("completed")
-                out += self._open_item(_Item("message", _new_id("msg_"), self._next_index(), [], logprobs=[]))
+                out += self._open_item(_Item("message", new_id("msg_"), self._next_index(), [], logprobs=[]))
             item = self._open
             assert item is not None
             item.parts.append(text)
@@ -592,10 +519,10 @@ class ResponsesEncoder:
         item = self._open
         if item is None or item.kind != "function_call" or item.tool_index != index:
             out += self._close("completed")
-            call_id = call.get("id") or _new_id("call_")
+            call_id = call.get("id") or new_id("call_")
             item = _Item(
                 "function_call",
-                _new_id("fc_"),
+                new_id("fc_"),
                 self._next_index(),
                 [],
                 call_id=str(call_id),
@@ -644,7 +571,7 @@ def response_json(
     created_at: int | None = None,
 ) -> bytes:
     """The whole ``response`` object of a non-streamed answer: the same items a stream would have built."""
-    from sagestream.responses_request import namespaced_tools
+    from sagestream.protocols.responses.request import namespaced_tools
 
     status, reason = _ending(answer.finish_reason)
     item_status = status
@@ -652,7 +579,7 @@ def response_json(
     reasoning = answer.reasoning_content if answer.reasoning_content is not None else answer.reasoning
     if reasoning:
         item: dict[str, Any] = {
-            "id": _new_id("rs_"),
+            "id": new_id("rs_"),
             "type": "reasoning",
             "summary": [{"type": "summary_text", "text": reasoning}] if _wants_summary(request) else [],
             "content": [{"type": "reasoning_text", "text": reasoning}],
@@ -664,7 +591,7 @@ def response_json(
     if answer.refusal:
         refusal = {"type": "refusal", "refusal": answer.refusal}
         output.append(
-            {"id": _new_id("msg_"), "type": "message", "status": item_status, "role": "assistant", "content": [refusal]}
+            {"id": new_id("msg_"), "type": "message", "status": item_status, "role": "assistant", "content": [refusal]}
         )
     text = answer.content
     if text or not (answer.tool_calls or answer.refusal):
@@ -672,23 +599,23 @@ def response_json(
         if request.top_logprobs or "message.output_text.logprobs" in (request.include or ()):
             part["logprobs"] = _logprobs(answer.logprobs)
         output.append(
-            {"id": _new_id("msg_"), "type": "message", "status": item_status, "role": "assistant", "content": [part]}
+            {"id": new_id("msg_"), "type": "message", "status": item_status, "role": "assistant", "content": [part]}
         )
     for call in answer.tool_calls or ():
         function = call.get("function") or {}
         output.append(
             {
-                "id": _new_id("fc_"),
+                "id": new_id("fc_"),
                 "type": "function_call",
                 "status": item_status,
-                "call_id": str(call.get("id") or _new_id("call_")),
+                "call_id": str(call.get("id") or new_id("call_")),
                 **_function_name(str(function.get("name") or ""), namespaced_tools(request)),
                 "arguments": str(function.get("arguments") or ""),
             }
         )
-    return _dumps(
+    return dumps(
         _response(
-            id=id if id is not None else _new_id("resp_"),
+            id=id if id is not None else new_id("resp_"),
             created_at=created_at if created_at is not None else int(time.time()),
             model=model,
             echo=_echo(request),
@@ -698,70 +625,3 @@ def response_json(
             incomplete=reason,
         )
     )
-
-
-@dataclass(frozen=True, slots=True)
-class ResponsesAPI:
-    """``/v1/responses`` on the one pipeline: :class:`~sagestream.apis.ClientAPI`."""
-
-    kind: str = "response"
-
-    def check_headers(self, headers: Mapping[str, str]) -> tuple[str, ...]:
-        return ()  # OpenAI's headers (organization, project, beta) ask nothing of the relay
-
-    def parse(self, raw: bytes, cfg: Config, caller: str = "") -> Parsed:
-        # Here, not at import: the request models are the Responses API's own, built by its first request.
-        from sagestream.responses_request import parse_responses, renamed, unoffered_tools
-
-        previous, depth = None, 0
-        keeps = cfg.responses_store != "none"
-        if keeps:
-            from sagestream import stored  # a deployment without a store never loads it
-        # Only a continuation reads the store (and the body twice) before the answer; any other request, nothing.
-        if keeps and b"previous_response_id" in raw:
-            try:
-                data = json.loads(raw)
-            except (ValueError, RecursionError):
-                data = None  # the parser refuses it, in its words
-            if isinstance(data, dict) and "previous_response_id" in data:
-                previous = data["previous_response_id"]
-                data, continues = stored.continued(data, cfg, caller)
-                depth = continues.depth
-                raw = json.dumps(data, ensure_ascii=False).encode()
-        request, chat, origins = parse_responses(
-            raw,
-            max_tokens_limit=cfg.max_tokens_limit,
-            extra_fields=cfg.extra_request_fields,
-            max_prompt_chars=cfg.max_prompt_chars,
-        )
-        unoffered = unoffered_tools(request)
-        noops = (("client_metadata",) if request.client_metadata is not None else ()) + tuple(
-            f"tools.{kind}" for kind in unoffered
-        )
-        headers = {UNOFFERED_HEADER: ", ".join(unoffered)} if unoffered else {}
-        finish = None
-        if keeps and request.store is not False:
-            request._previous_response_id = previous if isinstance(previous, str) else None
-            request._stored = True
-            finish = functools.partial(stored.save, cfg, caller, request_body=raw, depth=depth + 1)
-        # The dialect's refusals (raised where app builds the body) name the Responses field the client sent.
-        return Parsed(
-            chat,
-            request,
-            rename=functools.partial(renamed, origins=origins),
-            noops=noops,
-            headers=headers,
-            finish=finish,
-        )
-
-    def encoder(self, parsed: Parsed, cfg: Config) -> ResponsesEncoder:
-        return ResponsesEncoder(parsed.original, model=cfg.model_id, pad_bytes=cfg.sse_pad_bytes)
-
-    def whole(self, answer: Delta, parsed: Parsed, cfg: Config) -> bytes:
-        return response_json(answer, parsed.original, model=cfg.model_id)
-
-    def error_body(self, err: APIError) -> bytes:
-        return err.json_bytes()
-
-
-RESPONSES = ResponsesAPI()

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from sagestream.dialects import dialect_named
 from sagestream.errors import APIError
-from sagestream.schema import MAX_JSON_DEPTH, ChatCompletionRequest, parse_chat, parse_completion
+from sagestream.protocols._requests import MAX_JSON_DEPTH
+from sagestream.protocols.openai.request import ChatCompletionRequest, parse_chat, parse_completion
 
 USER = {"role": "user", "content": "Hi"}
 

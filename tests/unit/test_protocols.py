@@ -12,11 +12,14 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+import pytest
+
 from sagestream import http
-from sagestream.apis import CHAT, COMPLETIONS, Parsed
 from sagestream.config import Config
 from sagestream.delta import Delta
 from sagestream.errors import APIError
+from sagestream.protocols._api import Parsed
+from sagestream.protocols.openai import CHAT
 from sagestream_local.endpoint import Scenario, exception_frame, payload_part_frame
 from tests.fakes import Upstream, event_stream_response, load_app, stubbed_client
 from tests.unit.test_app import run
@@ -73,15 +76,6 @@ def bracketed_app(upstream: Upstream) -> Any:
 ASK = {"messages": [{"role": "user", "content": "Hi"}], "stream": True}
 
 
-def test_a_refusal_on_an_apis_route_takes_that_apis_error_shape_and_the_openai_routes_keep_theirs() -> None:
-    handler = bracketed_app(Upstream())
-    mine = run(handler, "POST", "/v1/bracketed", {"messages": "not a list"})
-    assert mine.status == 400
-    assert json.loads(mine.body) == {"kind": "bracket-error", "status": 400, "what": "messages"}
-    theirs = run(handler, "POST", "/v1/chat/completions", {"messages": "not a list"})
-    assert theirs.status == 400 and json.loads(theirs.body)["error"]["param"] == "messages"
-
-
 def test_a_streamed_answer_is_written_by_the_apis_encoder_event_by_event() -> None:
     upstream = Upstream(scenario=Scenario(ttft_ms=0, cadence_ms=0, tokens=4, non_ascii=0))
     stream = run(bracketed_app(upstream), "POST", "/v1/bracketed", ASK)
@@ -112,10 +106,10 @@ def test_a_whole_answer_is_the_apis_own_body() -> None:
     assert kind == "whole" and text and reason == "stop"
 
 
-def test_the_openai_apis_read_their_own_request_model_and_keep_it_as_the_original() -> None:
-    cfg = Config.from_env({"SAGEMAKER_ENDPOINT_NAME": "unit-llm"})
-    chat = CHAT.parse(b'{"messages": [{"role": "user", "content": "Hi"}]}', cfg)
-    completion = COMPLETIONS.parse(b'{"prompt": "Hi", "stream": true}', cfg)
-    assert chat.original is chat.request and not chat.stream
-    assert completion.original is completion.request and completion.stream
-    assert CHAT.error_body(APIError.invalid_request("x")) == APIError.invalid_request("x").json_bytes()
+def test_events_are_serialised_as_json_dumps_would() -> None:
+    from sagestream.protocols._wire import dumps as _dumps
+
+    value = {"é": ["😀", 1.5, -0.0, 10**20, True, None, {"a": '\x00\n"\\'}], "n": 3}
+    assert _dumps(value) == json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+    with pytest.raises(TypeError):
+        _dumps({"x": object()})

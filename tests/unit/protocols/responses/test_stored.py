@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from sagestream import stored
 from sagestream.config import Config
 from sagestream.errors import APIError
-from sagestream.store import owner_of
+from sagestream.protocols.responses import stored
+from sagestream.protocols.responses.store import owner_of
 from sagestream_local.dynamodb import LocalDynamoDB
 
 

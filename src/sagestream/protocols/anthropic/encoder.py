@@ -1,43 +1,4 @@
-"""The Anthropic Messages API (``POST /v1/messages``) over the one pipeline: request, stream, whole answer, errors.
-
-The request is modelled field by field on the anthropic SDK's ``MessageCreateParams`` (plus ``temperature``,
-``top_p`` and ``top_k``, which the API still takes and LangChain sends) and translated into the chat-shaped
-request the dialects speak, so that :func:`sagestream.dialects.upstream_body` places or refuses each field as
-it does for chat completions:
-
-- ``system`` (a string or text blocks) and ``system`` messages → a ``system`` message; text blocks → text
-  parts; ``image`` blocks (base64 or URL) → ``image_url`` parts (a data URL for base64);
-- ``tool_use`` blocks of an assistant turn → its ``tool_calls`` (``input`` as JSON arguments); ``tool_result``
-  blocks → ``tool`` messages, before the rest of their user turn (``is_error`` puts ``Error:`` before the
-  result: a chat template has no other way to tell the model the call failed); ``thinking`` blocks sent
-  back → ``reasoning_content`` (their ``signature`` is accepted and not checked: none is issued here);
-- ``tools`` (custom) → function tools, ``input_schema`` as ``parameters``; ``tool_choice`` ``auto``,
-  ``any`` (→ ``required``), ``tool`` (→ the named function), ``none``; ``disable_parallel_tool_use`` →
-  ``parallel_tool_calls: false``;
-- ``stop_sequences`` → ``stop``; ``metadata.user_id`` → ``user``; ``output_config.effort`` →
-  ``reasoning_effort`` (both on the openai dialect; a prompt container has neither, and they are no-ops
-  there); ``context_management`` edits of type ``clear_thinking_20251015`` → the older turns' thinking left
-  out of the prompt (other edits are refused by name); ``max_tokens`` past ``MAX_TOKENS_LIMIT`` → the limit
-  (Anthropic's ``max_tokens`` is a ceiling: Claude Code asks 32000); ``thinking.display: "omitted"`` → no
-  thinking blocks in the answer; ``output_config.format`` → ``response_format`` (``json_schema``, strict);
-  ``top_k`` → the vendor field ``top_k`` when ``EXTRA_REQUEST_FIELDS`` lists it; ``thinking``
-  ``enabled`` → vLLM's ``thinking_token_budget`` when ``EXTRA_REQUEST_FIELDS`` lists it (openai dialect);
-- hints the containers follow on their own are accepted and send nothing: ``cache_control`` (vLLM and
-  SGLang cache prefixes themselves), ``service_tier`` (there is one tier), ``speed: "standard"``,
-  ``thinking`` ``adaptive`` / ``disabled`` (a reasoning container thinks as it is deployed to; its thoughts
-  arrive as ``thinking`` blocks), ``thinking.display`` ``summarized`` / ``updates`` (the thoughts come whole),
-  tools' ``defer_loading`` (no tool search: every tool is offered), any ``anthropic-beta`` (a beta names
-  features; a body field that uses one is honoured or refused by its own name); each counted in the log
-  record's ``noops``;
-- everything else the SDK can send is refused by name: server tools, ``container``, ``diagnostics``,
-  ``inference_geo``, ``user_profile_id``, ``workspace_id``, ``speed: "fast"``, ``redacted_thinking`` and the
-  other block types, a last ``assistant`` turn (prefill: a chat template starts a new turn after it).
-
-A refusal of the dialects (``'user' is not supported ...``) names the field as the client sent it
-(``metadata.user_id``): :attr:`~sagestream.apis.Parsed.names`. Errors take Anthropic's shape,
-``{"type": "error", "error": {"type", "message"}}``, with Anthropic's types for each status.
-
-The stream is Anthropic's events, written as the deltas arrive: ``message_start`` with the first delta,
+"""The stream is Anthropic's events, written as the deltas arrive: ``message_start`` with the first delta,
 then per content block ``content_block_start``, its deltas (``text_delta``, ``thinking_delta``,
 ``input_json_delta`` with each argument fragment as the container sent it) and ``content_block_stop``;
 ``message_delta`` (``stop_reason``, usage) and ``message_stop`` at the end. Usage counts are integers, as
@@ -48,148 +9,39 @@ reports one (an output count not reported is 0). A deadline cut ends the message
 after the first byte is one ``event: error`` and no ``message_stop``.
 
 The events are written here by hand: the anthropic SDKs read them and write none, and a server library
-would bring a web framework; tests/unit/test_messages.py feeds them to the SDK's own accumulator. The
-request's models and translation are in :mod:`sagestream.messages_request`, loaded on first use.
+would bring a web framework; tests/unit/protocols/anthropic/test_encoder.py feeds them to the SDK's own accumulator. The
+request's models and translation are in :mod:`sagestream.protocols.anthropic.request`.
 
 Environment variables read: none.
 
 Example::
 
-    >>> from sagestream.config import Config
-    >>> cfg = Config(endpoint_name="llm", model_id="m")
-    >>> parsed = MESSAGES.parse(b'{"model": "m", "max_tokens": 5, "system": "Be brief.", '
-    ...                         b'"messages": [{"role": "user", "content": "Hi"}]}', cfg)
-    >>> parsed.request.plain_messages(), parsed.request.max_tokens
-    ([('system', 'Be brief.'), ('user', 'Hi')], 5)
-    >>> encoder = MESSAGES.encoder(parsed, cfg)
+    >>> encoder = MessagesEncoder(model="m")
     >>> print(encoder.encode(Delta(content="Hello")).decode().split("\\n\\n")[2])
     event: content_block_delta
     data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hello"}}
-    >>> MESSAGES.error_body(APIError.unauthorized())
-    b'{"type":"error","error":{"type":"authentication_error","message":"Missing or invalid API key."}}'
 """
 
 from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from sagestream.apis import Parsed
 from sagestream.delta import Delta, Usage, is_text_only
 from sagestream.errors import DEADLINE_EXCEEDED, APIError
-from sagestream.schema import ChatCompletionRequest
-from sagestream.sse import MIN_PAD_BYTES
+from sagestream.protocols._wire import dumps, event, json_string, new_id, padding
 
 if TYPE_CHECKING:
-    from sagestream.config import Config
+    pass
 
-__all__ = ["MESSAGES", "MessagesAPI", "MessagesEncoder", "message_json"]
+__all__ = ["ERROR_TYPES", "MessagesEncoder", "error_object", "message_json"]
 
-# Headers the SDK sends for its own parameters, which choose things this function does not have.
-REFUSED_HEADERS = {
-    "anthropic-workspace-id": "there are no workspaces here (the deployment is the workspace)",
-    "anthropic-user-profile-id": "there are no user profiles here",
-}
-
-# Anthropic's error type for each status (docs: "Errors"); any other 4xx is invalid_request_error.
-ERROR_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    402: "billing_error",
-    403: "permission_error",
-    404: "not_found_error",
-    413: "request_too_large",
-    429: "rate_limit_error",
-    500: "api_error",
-    502: "api_error",
-    503: "overloaded_error",
-    504: "timeout_error",
-    529: "overloaded_error",
-}
 
 # --- the API --------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class MessagesAPI:
-    """Anthropic's ``/v1/messages``."""
-
-    kind: str = "messages"
-
-    def check_headers(self, headers: Mapping[str, str]) -> tuple[str, ...]:
-        for name, reason in REFUSED_HEADERS.items():
-            if headers.get(name):
-                raise APIError.invalid_request(f"'{name}' is not supported by this endpoint: {reason}.", param=name)
-        # A beta only names features: one the body uses is honoured or refused by that body field's name
-        # (messages_request), one it does not use changes nothing. Any value is accepted, and counted.
-        return ("anthropic-beta",) if headers.get("anthropic-beta", "").strip() else ()
-
-    def parse(self, raw: bytes, cfg: Config, caller: str = "") -> Parsed:
-        from sagestream import messages_request  # on first use: see its docstring
-
-        return messages_request.parse(messages_request.body_of(raw), cfg)
-
-    def count_request(self, raw: bytes, cfg: Config) -> Parsed:
-        """A ``count_tokens`` body as the request whose one-token answer reports the prompt's count."""
-        from sagestream import messages_request
-
-        return messages_request.parse(messages_request.count_body(raw), cfg, counting=True)
-
-    def encoder(self, parsed: Parsed, cfg: Config) -> MessagesEncoder:
-        return MessagesEncoder(
-            model=cfg.model_id,
-            stop_sequences=_stops(parsed),
-            pad_bytes=cfg.sse_pad_bytes,
-            show_thinking=_show_thinking(parsed),
-        )
-
-    def whole(self, answer: Delta, parsed: Parsed, cfg: Config) -> bytes:
-        return message_json(
-            answer, model=cfg.model_id, stop_sequences=_stops(parsed), show_thinking=_show_thinking(parsed)
-        )
-
-    def error_body(self, err: APIError) -> bytes:
-        return _dumps(error_object(err))
-
-
-MESSAGES = MessagesAPI()
-
-
-def _show_thinking(parsed: Parsed) -> bool:
-    """False when the client asked for its thoughts to be left out (``thinking.display: "omitted"``)."""
-    thinking = getattr(parsed.original, "thinking", None)
-    return not (isinstance(thinking, dict) and thinking.get("display") == "omitted")
-
-
-def _stops(parsed: Parsed) -> tuple[str, ...]:
-    request = parsed.request
-    assert isinstance(request, ChatCompletionRequest)
-    return tuple(request.stop_sequences or ())
-
-
-def error_object(err: APIError) -> dict[str, Any]:
-    kind = ERROR_TYPES.get(err.status) or ("invalid_request_error" if err.status < 500 else "api_error")
-    return {"type": "error", "error": {"type": kind, "message": err.message}}
-
-
-def _dumps(obj: Any) -> bytes:
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
-
-
-def _event(name: str, obj: Any) -> bytes:
-    return b"event: " + name.encode() + b"\ndata: " + _dumps(obj) + b"\n\n"
-
-
-# A JSON string as json.dumps(..., ensure_ascii=False) writes it, by an encoder made once, not per delta.
-_STRING = json.JSONEncoder(ensure_ascii=False)
-_MESSAGE_STOP = _event("message_stop", {"type": "message_stop"})
-
-
-def _new_id() -> str:
-    return "msg_" + uuid.uuid4().hex
+_MESSAGE_STOP = event({"type": "message_stop"}, "message_stop")
 
 
 def _stop_reason(
@@ -236,13 +88,11 @@ class MessagesEncoder:
         id: str | None = None,
         show_thinking: bool = True,
     ) -> None:
-        if pad_bytes and pad_bytes < MIN_PAD_BYTES:
-            raise ValueError(f"pad_bytes must be 0 or at least {MIN_PAD_BYTES}")
         # SSE_PAD_BYTES as on the OpenAI routes: a comment after each delta's events, which the SDKs skip.
-        self._padding = b":" + b" " * (pad_bytes - 3) + b"\n\n" if pad_bytes else b""
+        self._padding = padding(pad_bytes)
         self.model = model
         self.show_thinking = show_thinking  # thinking.display "omitted": the thoughts are left out
-        self.id = id if id is not None else _new_id()
+        self.id = id if id is not None else new_id("msg_")
         self.stops = stop_sequences
         self._tail_chars = max((len(s) for s in stop_sequences), default=0)
         self.tail = ""
@@ -265,7 +115,7 @@ class MessagesEncoder:
             if self._tail_chars:
                 self.tail = (self.tail + delta.content)[-self._tail_chars :]
             head, tail = self._text_event
-            return head + _STRING.encode(delta.content).encode() + tail
+            return head + json_string(delta.content).encode() + tail
         data = self._encode(delta)
         return data + self._padding if data else data
 
@@ -285,7 +135,7 @@ class MessagesEncoder:
                 "stop_sequence": None,
                 "usage": {"input_tokens": 0, "output_tokens": 0},  # counts come in message_delta
             }
-            out.append(_event("message_start", {"type": "message_start", "message": message}))
+            out.append(event({"type": "message_start", "message": message}, "message_start"))
         thought = delta.reasoning_content if delta.reasoning_content is not None else delta.reasoning
         if thought and self.show_thinking:
             self._open(out, "thinking", {"type": "thinking", "thinking": "", "signature": ""})
@@ -329,7 +179,7 @@ class MessagesEncoder:
         self.index += 1
         self.block = block
         out.append(
-            _event("content_block_start", {"type": "content_block_start", "index": self.index, "content_block": start})
+            event({"type": "content_block_start", "index": self.index, "content_block": start}, "content_block_start")
         )
         if block == "text":
             # The event _delta() would write, byte for byte (test_messages checks), cut where the text goes.
@@ -338,11 +188,11 @@ class MessagesEncoder:
 
     def _close(self, out: list[bytes]) -> None:
         if self.block is not None:
-            out.append(_event("content_block_stop", {"type": "content_block_stop", "index": self.index}))
+            out.append(event({"type": "content_block_stop", "index": self.index}, "content_block_stop"))
             self.block = None
 
     def _delta(self, delta: dict[str, Any]) -> bytes:
-        return _event("content_block_delta", {"type": "content_block_delta", "index": self.index, "delta": delta})
+        return event({"type": "content_block_delta", "index": self.index, "delta": delta}, "content_block_delta")
 
     def done(self) -> bytes:
         """``message_delta`` (why it ended, the usage) and ``message_stop``."""
@@ -353,9 +203,9 @@ class MessagesEncoder:
         if self.usage is None or self.usage.prompt_tokens is None:
             del usage["input_tokens"]  # never counted: message_start's 0 stands (Anthropic's delta may omit it)
         out.append(
-            _event(
-                "message_delta",
+            event(
                 {"type": "message_delta", "delta": {"stop_reason": reason, "stop_sequence": sequence}, "usage": usage},
+                "message_delta",
             )
         )
         out.append(_MESSAGE_STOP)
@@ -366,7 +216,7 @@ class MessagesEncoder:
         encoded ``finish_reason: "length"`` just before), the reason in the log record."""
         if err.code == DEADLINE_EXCEEDED:
             return self.done()
-        return _event("error", error_object(err))
+        return event(error_object(err), "error")
 
 
 def message_json(
@@ -405,9 +255,9 @@ def message_json(
             }
         )
     reason, sequence = _stop_reason(answer.finish_reason, text, stop_sequences, bool(answer.refusal))
-    return _dumps(
+    return dumps(
         {
-            "id": id if id is not None else _new_id(),
+            "id": id if id is not None else new_id("msg_"),
             "type": "message",
             "role": "assistant",
             "model": model,
@@ -417,3 +267,25 @@ def message_json(
             "usage": _usage(answer.usage),
         }
     )
+
+
+# Anthropic's error type for each status (docs: "Errors"); any other 4xx is invalid_request_error.
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    402: "billing_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    502: "api_error",
+    503: "overloaded_error",
+    504: "timeout_error",
+    529: "overloaded_error",
+}
+
+
+def error_object(err: APIError) -> dict[str, Any]:
+    kind = ERROR_TYPES.get(err.status) or ("invalid_request_error" if err.status < 500 else "api_error")
+    return {"type": "error", "error": {"type": kind, "message": err.message}}

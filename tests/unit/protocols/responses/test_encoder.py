@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import pytest
 from openai import omit
 from openai._models import construct_type
 from openai.lib.streaming.responses._responses import ResponseStreamState
@@ -19,13 +18,11 @@ from openai.types.responses import ResponseStreamEvent
 from sagestream.delta import Delta, Usage
 from sagestream.dialects import UpstreamStreamError, dialect_named
 from sagestream.faults import DeadlineReached
+from sagestream.protocols.openai.encoder import ChunkEncoder
+from sagestream.protocols.responses.encoder import ResponsesEncoder, response_json
 from sagestream.relay import relay
-from sagestream.responses import ResponsesEncoder, response_json
-from sagestream.sse import ChunkEncoder
-from sagestream_local.endpoint import Scenario, exception_frame, payload_part_frame
-from tests.fakes import Upstream, event_stream_response, load_app
-from tests.unit.test_app import run
-from tests.unit.test_responses_request import CFG, TOOL, parse
+from tests.fakes import load_app
+from tests.unit.protocols.responses.test_request import TOOL, parse
 
 CALL_HEAD = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": ""}}
 
@@ -264,38 +261,6 @@ def test_a_whole_tool_call_is_a_function_call_item_without_an_empty_message() ->
 app = load_app()
 
 
-def test_the_route_streams_through_the_one_pipeline() -> None:
-    upstream = Upstream(scenario=Scenario(ttft_ms=0, cadence_ms=0, tokens=4, non_ascii=0))
-    handler = app.App(CFG, __import__("tests.fakes", fromlist=["stubbed_client"]).stubbed_client(upstream))
-    stream = run(handler, "POST", "/v1/responses", {"input": "Hi", "stream": True})
-    assert stream.status == 200
-    _, final = sdk_accumulates(stream.writes)
-    assert final.status == "completed" and final.output_text
-
-
-def test_a_stored_response_is_a_404_that_says_nothing_is_stored() -> None:
-    handler = app.App(CFG, None)
-    for method in ("GET", "DELETE"):
-        stream = run(handler, method, "/v1/responses/resp_123")
-        assert stream.status == 404
-        assert "stateless" in json.loads(stream.body)["error"]["message"]
-
-
-def test_a_failure_mid_stream_through_the_route_is_response_failed() -> None:
-    token = b'data: {"choices":[{"index":0,"delta":{"content":"Hi"}}]}\n\n'
-    failure = exception_frame("ModelStreamError", {"Message": "the model died", "ErrorCode": "ModelError"})
-
-    def fail_after_one_token(operation: str, payload: Any) -> Any:
-        return event_stream_response([payload_part_frame(token), failure])
-
-    from tests.fakes import stubbed_client
-
-    handler = app.App(CFG, stubbed_client(Upstream(override=fail_after_one_token)))
-    stream = run(handler, "POST", "/v1/responses", {"input": "Hi", "stream": True})
-    kinds = [p["type"] for w in stream.writes for p in split(w)]
-    assert kinds[-2:] == ["error", "response.failed"] and "response.completed" not in kinds
-
-
 def test_the_chat_encoder_and_this_one_read_the_same_deltas() -> None:
     # One pipeline: the same Delta list goes through both encoders; only the bytes differ.
     deltas = [Delta(role="assistant"), Delta("Hi"), Delta(finish_reason="stop")]
@@ -322,37 +287,6 @@ def test_text_that_looks_like_the_encoders_own_markers_comes_back_unchanged() ->
     writes = encode_all([Delta(sly), Delta(sly), Delta(finish_reason="stop")])
     _, final = sdk_accumulates(writes)
     assert final.output_text == sly + sly
-
-
-def test_reasoning_asked_for_as_encrypted_content_comes_back_and_is_read_on_the_next_turn() -> None:
-    body = {"input": "Hi", "stream": True, "include": ["reasoning.encrypted_content"], "store": False}
-    writes = encode_all([Delta(reasoning_content="Let me é"), Delta("Hi"), Delta(finish_reason="stop")], body)
-    _, final = sdk_accumulates(writes)
-    reasoning = final.output[0]
-    assert reasoning.type == "reasoning" and reasoning.encrypted_content
-    # What a store:false client (Codex) sends back: the item without its text, the sealed content only.
-    again = {"type": "reasoning", "id": reasoning.id, "summary": [], "encrypted_content": reasoning.encrypted_content}
-    parsed = parse({"input": [{"role": "user", "content": "Hi"}, again, {"role": "assistant", "content": "Hi"}]})
-    assert parsed.request.messages[1].reasoning_content == "Let me é"
-    whole = json.loads(response_json(Delta("Hi", reasoning_content="Hm"), parse(body).original, model="m"))
-    sealed = {
-        "type": "reasoning",
-        "id": "rs_2",
-        "summary": [],
-        "encrypted_content": whole["output"][0]["encrypted_content"],
-    }
-    assert (
-        parse({"input": [sealed, {"role": "assistant", "content": "Hi"}]}).request.messages[0].reasoning_content == "Hm"
-    )
-
-
-def test_events_are_serialised_as_json_dumps_would() -> None:
-    from sagestream.responses import _dumps
-
-    value = {"é": ["😀", 1.5, -0.0, 10**20, True, None, {"a": '\x00\n"\\'}], "n": 3}
-    assert _dumps(value) == json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
-    with pytest.raises(TypeError):
-        _dumps({"x": object()})
 
 
 def test_the_written_close_of_a_message_is_what_its_items_say() -> None:

@@ -1,5 +1,5 @@
 """The Anthropic Messages API's request (``MessageCreateParams``, field by field) and its translation into the chat
-request; :mod:`sagestream.messages` has what each field becomes.
+request; :mod:`sagestream.protocols.anthropic` has what each field becomes.
 
 Imported on the first ``/v1/messages`` request, not at init: its twenty-odd request models cost a cold
 start 20-40 ms (here) that a deployment serving only OpenAI clients would pay for nothing.
@@ -23,9 +23,10 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn
 
 from pydantic import ConfigDict, Field, ValidationError
 
-from sagestream.apis import Parsed, in_client_terms
 from sagestream.errors import APIError
-from sagestream.schema import StrictModel, parse_chat, read_object
+from sagestream.protocols._api import Parsed, in_client_terms
+from sagestream.protocols._requests import StrictModel, read_object
+from sagestream.protocols.openai.request import parse_chat
 
 if TYPE_CHECKING:
     from sagestream.config import Config
@@ -235,8 +236,8 @@ _FREE_FORM = (
 
 
 def body_of(raw: bytes) -> dict[str, Any]:
-    """The body as every route reads one (:func:`sagestream.schema.read_object`): JSON, an object, no NaN, no
-    lone surrogate, no deeper than the depth limit; a 400 otherwise. A reader of its own let a lone surrogate
+    """The body as every route reads one (:func:`sagestream.protocols._requests.read_object`): JSON, an object,
+    no NaN, no lone surrogate, no deeper than the depth limit; a 400 otherwise. A reader of its own let a lone surrogate
     through to a 500, and a tool_use input nested 6,000 deep or holding NaN through to the container."""
     return read_object(raw, _FREE_FORM)
 

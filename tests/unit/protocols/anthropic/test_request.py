@@ -11,7 +11,7 @@ import pytest
 from sagestream.config import Config
 from sagestream.dialects import dialect_named
 from sagestream.errors import APIError
-from sagestream.messages import MESSAGES
+from sagestream.protocols.anthropic import MESSAGES
 
 CFG = Config(endpoint_name="llm", model_id="m")
 ASK = [{"role": "user", "content": "Weather in Paris?"}]
@@ -274,12 +274,12 @@ def test_the_request_models_load_on_the_first_messages_request_not_at_init() -> 
     import subprocess
     import sys
 
-    code = "import sys, sagestream.app; print('sagestream.messages_request' in sys.modules)"
+    code = "import sys, sagestream.app; print('sagestream.protocols.anthropic.request' in sys.modules)"
     env = {**os.environ, "SAGEMAKER_ENDPOINT_NAME": "unit-llm", "AWS_DEFAULT_REGION": "us-east-1"}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
     parse()  # and the first request loads them
-    assert "sagestream.messages_request" in sys.modules
+    assert "sagestream.protocols.anthropic.request" in sys.modules
 
 
 def test_an_empty_stop_sequence_is_refused_as_anthropic_refuses_it() -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from sagestream.store import PART_BYTES, DynamoStore, StoreError, owner_of
+from sagestream.protocols.responses.store import PART_BYTES, DynamoStore, StoreError, owner_of
 from sagestream_local.dynamodb import LocalDynamoDB
 
 ALICE, BOB = owner_of("key:alice"), owner_of("key:bob")

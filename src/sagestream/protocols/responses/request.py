@@ -1,10 +1,11 @@
 """The Responses API's request: ``openai.types.responses.response_create_params`` as pydantic models, and its
-translation into the chat-shaped :class:`~sagestream.schema.ChatCompletionRequest` every dialect reads.
+translation into the chat-shaped :class:`~sagestream.protocols.openai.request.ChatCompletionRequest` every
+dialect reads.
 
-Apart from :mod:`sagestream.responses` so that the function's init does without these models: they are imported
-(and built) by the first ``/v1/responses`` request. Each field is translated, echoed in the response or refused
-with 400 naming it; a field OpenAI does not define is refused as OpenAI refuses it; refusals of the chat-shaped
-request (its validation, a dialect's) are renamed to the Responses field (:func:`renamed`).
+Apart from :mod:`sagestream.protocols.responses` so that the function's init does without these models: they
+are imported (and built) by the first ``/v1/responses`` request. Each field is translated, echoed in the
+response or refused with 400 naming it; a field OpenAI does not define is refused as OpenAI refuses it;
+refusals of the chat-shaped request (its validation, a dialect's) are renamed to the Responses field (:func:`renamed`).
 
 Environment variables read: none.
 
@@ -24,20 +25,22 @@ from typing import Annotated, Any, Literal
 from pydantic import ConfigDict, Discriminator, Field, PrivateAttr, Tag, ValidationError
 
 from sagestream.errors import APIError
-from sagestream.responses import unseal
-from sagestream.schema import (
+from sagestream.protocols._requests import (
+    RelayedObject,
+    StrictModel,
+    check_max_tokens,
+    check_prompt_size,
+    invalid,
+    read_object,
+)
+from sagestream.protocols.openai.request import (
     CacheBreakpoint,
     ChatCompletionRequest,
     ReasoningEffort,
-    RelayedObject,
-    StrictModel,
-    _check_max_tokens,
-    _check_prompt_size,
     _check_tool_choice,
     _check_tool_results,
-    _invalid,
-    read_object,
 )
+from sagestream.protocols.responses.sealing import unseal
 
 __all__ = ["STATELESS", "ResponseCreateRequest", "parse_responses", "renamed"]
 
@@ -331,7 +334,7 @@ def parse_responses(
     try:
         request = ResponseCreateRequest.model_validate(data)
     except ValidationError as exc:
-        raise _invalid(exc.errors(include_url=False, include_input=False), data) from None
+        raise invalid(exc.errors(include_url=False, include_input=False), data) from None
     except RecursionError:
         raise APIError.invalid_request("The request body is nested too deeply.", code="invalid_json") from None
     request._vendor_fields = vendor
@@ -341,8 +344,8 @@ def parse_responses(
         _check_tool_results(chat)  # a function_call_output answering no function_call
     except APIError as err:
         raise renamed(err, origins) from None
-    _check_max_tokens(chat, "max_output_tokens", max_tokens_limit)
-    _check_prompt_size(chat, "input", max_prompt_chars)
+    check_max_tokens(chat, "max_output_tokens", max_tokens_limit)
+    check_prompt_size(chat, "input", max_prompt_chars)
     chat._vendor_fields = vendor
     return request, chat, origins
 
@@ -454,7 +457,7 @@ def _translate(request: ResponseCreateRequest) -> tuple[ChatCompletionRequest, l
     try:
         return ChatCompletionRequest.model_validate(chat), origins
     except ValidationError as exc:
-        raise renamed(_invalid(exc.errors(include_url=False, include_input=False), chat), origins) from None
+        raise renamed(invalid(exc.errors(include_url=False, include_input=False), chat), origins) from None
 
 
 # Joins a namespace and a function's name into one chat tool name (chat tool names take [A-Za-z0-9_-]); the
@@ -554,7 +557,7 @@ def _chat_tool(tool: dict[str, Any], n: int, where: str | None = None) -> dict[s
         function = FunctionTool.model_validate(tool)
     except ValidationError as exc:
         errors = exc.errors(include_url=False, include_input=False)
-        err = _invalid(errors, tool)
+        err = invalid(errors, tool)
         raise renamed(err, [], prefix=where) from None
     definition = function.model_dump(exclude={"type"}, exclude_none=True)
     return {"type": "function", "function": definition}
@@ -575,7 +578,7 @@ def _chat_tool_choice(choice: str | dict[str, Any]) -> Any:
             return {"type": "allowed_tools", "allowed_tools": {"mode": allowed.mode, "tools": tools}}
     except ValidationError as exc:
         errors = exc.errors(include_url=False, include_input=False)
-        raise renamed(_invalid(errors, choice), [], prefix="tool_choice") from None
+        raise renamed(invalid(errors, choice), [], prefix="tool_choice") from None
     raise APIError.invalid_request(
         f"tool_choice of type '{choice.get('type')}' is not supported: this endpoint runs no hosted tools.",
         param="tool_choice.type",

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sagestream.delta import Delta, Usage
-from sagestream.sse import ChunkEncoder
+from sagestream.protocols.openai.encoder import ChunkEncoder
 
 _json = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**31), 2**31) | st.text(max_size=8),

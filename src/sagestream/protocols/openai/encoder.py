@@ -23,6 +23,7 @@ intermediaries that hold small writes back until some kilobytes have gathered pa
 
 Example::
 
+    >>> import json
     >>> encoder = ChunkEncoder(model="m", kind="chat", include_usage=False, id="chatcmpl-1", created=0)
     >>> event = encoder.encode(Delta(content="Hé"))
     >>> event[:6], event[-2:], json.loads(event[6:])["choices"][0]["delta"]
@@ -35,36 +36,21 @@ Example::
 
 from __future__ import annotations
 
-import json
 import time
-import uuid
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from sagestream.delta import Delta, Usage, is_text_only
 from sagestream.errors import APIError
+from sagestream.protocols._wire import dumps, event, json_string, new_id, padding
 
-__all__ = ["DONE", "MIN_PAD_BYTES", "ChunkEncoder", "Kind", "StreamEncoder", "completion_json", "error_event"]
+__all__ = ["DONE", "ChunkEncoder", "Kind", "completion_json", "error_event"]
 
 Kind = Literal["chat", "completion"]
 
 DONE = b"data: [DONE]\n\n"
 
-# The smallest SSE comment: a colon, one space of padding, and the blank line that ends it.
-MIN_PAD_BYTES = len(b": \n\n")
-
-
-# A JSON string as json.dumps(..., ensure_ascii=False) writes it, by an encoder made once, not per delta.
-_STRING = json.JSONEncoder(ensure_ascii=False)
 # Stands for the text while the template is cut: a NUL, which JSON always escapes (\u0000).
 _MARKER = "\x00"
-
-
-def _dumps(obj: Any) -> bytes:
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
-
-
-def _event(obj: Any) -> bytes:
-    return b"data: " + _dumps(obj) + b"\n\n"
 
 
 def error_event(err: APIError) -> bytes:
@@ -74,25 +60,6 @@ def error_event(err: APIError) -> bytes:
     b'data: {"error":{"message":"model '
     """
     return b"data: " + err.json_bytes() + b"\n\n"
-
-
-class StreamEncoder(Protocol):
-    """What :func:`sagestream.relay.relay` needs of a client API's streamed format: one encoder per response.
-
-    Each method returns the bytes of one write (several SSE events may share it) and writes nothing.
-    """
-
-    def encode(self, delta: Delta) -> bytes:
-        """The events for ``delta``; empty bytes if it carries nothing to send now."""
-        ...
-
-    def done(self) -> bytes:
-        """The normal end of the stream (after the delta that carried the finish reason)."""
-        ...
-
-    def error(self, err: APIError) -> bytes:
-        """The API's one error event after the first byte; nothing normal follows it (invariant 6)."""
-        ...
 
 
 def _usage(usage: Usage) -> dict[str, Any]:
@@ -125,7 +92,7 @@ def _delta_fields(delta: Delta) -> dict[str, Any]:
 
 
 def _new_id(kind: Kind) -> str:
-    return ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex
+    return new_id("chatcmpl-" if kind == "chat" else "cmpl-")
 
 
 class ChunkEncoder:
@@ -141,8 +108,6 @@ class ChunkEncoder:
         id: str | None = None,
         created: int | None = None,
     ) -> None:
-        if pad_bytes and pad_bytes < MIN_PAD_BYTES:
-            raise ValueError(f"pad_bytes must be 0 or at least {MIN_PAD_BYTES}")
         if kind not in ("chat", "completion"):
             raise ValueError(f"kind must be 'chat' or 'completion', not {kind!r}")
         self.model = model
@@ -151,7 +116,7 @@ class ChunkEncoder:
         self.id = id if id is not None else _new_id(kind)
         self.created = created if created is not None else int(time.time())
         self.usage: Usage | None = None
-        self._padding = b":" + b" " * (pad_bytes - 3) + b"\n\n" if pad_bytes else b""
+        self._padding = padding(pad_bytes)
         self._started = False
         # Cut when the second delta needs it, after the first one was written: not on the way to the first token.
         self._text_event: tuple[bytes, bytes] | None = None
@@ -168,7 +133,7 @@ class ChunkEncoder:
                 if delta.usage is not None:
                     self.usage = delta.usage
                 head, tail = self._text_event
-                return head + _STRING.encode(delta.content).encode() + tail
+                return head + json_string(delta.content).encode() + tail
         return self._encode(delta)
 
     def _encode(self, delta: Delta) -> bytes:
@@ -197,13 +162,13 @@ class ChunkEncoder:
             choice = {"index": 0, "text": delta.content}
         choice["logprobs"] = delta.logprobs
         choice["finish_reason"] = delta.finish_reason
-        return _event(self._chunk([choice], None)) + self._padding
+        return event(self._chunk([choice], None)) + self._padding
 
     def _text_template(self) -> tuple[bytes, bytes] | None:
         """The event of a text-only delta after the first, cut where its text goes. Made by the general
         path itself, so both give the same bytes; None if the cut is ambiguous (then every delta takes the
         general path)."""
-        marker = _dumps(_MARKER)
+        marker = dumps(_MARKER)
         event = self._event_of(Delta(content=_MARKER), first=False)
         if event.count(marker) != 1:
             return None
@@ -213,7 +178,7 @@ class ChunkEncoder:
     def done(self) -> bytes:
         """The end of a good stream: the usage chunk if asked for and known, then ``[DONE]``."""
         if self.include_usage and self.usage is not None:
-            return _event(self._chunk([], self.usage)) + DONE
+            return event(self._chunk([], self.usage)) + DONE
         return DONE
 
     def error(self, err: APIError) -> bytes:
@@ -258,7 +223,7 @@ def completion_json(
         choice["text"] = delta.content
     choice["logprobs"] = delta.logprobs
     choice["finish_reason"] = delta.finish_reason or "stop"
-    return _dumps(
+    return dumps(
         {
             "id": id if id is not None else _new_id(kind),
             "object": "chat.completion" if kind == "chat" else "text_completion",

@@ -1,0 +1,38 @@
+"""The client protocols: one package each, with the same roles in each.
+
+``openai/`` (chat completions, completions), ``anthropic/`` (Messages), ``responses/`` (the Responses API):
+each has ``request.py`` (its request models, read strictly and translated into the chat-shaped request the
+dialects speak), ``encoder.py`` (its streamed events and whole answers, from the relay's deltas) and, in its
+``__init__``, its :class:`ClientAPI` object. What they share is beside them: :mod:`._api` (the interface),
+:mod:`._wire` (JSON, SSE events, padding, ids), :mod:`._requests` (strict reading, limits, the 400 that names
+a field).
+
+A new client protocol is one package here and one line in :data:`APIS`.
+
+Example::
+
+    >>> [api.kind for api in APIS]
+    ['chat', 'completion', 'messages', 'response']
+"""
+
+from __future__ import annotations
+
+from sagestream.protocols._api import ClientAPI, Parsed, StreamEncoder, in_client_terms
+from sagestream.protocols.anthropic import MESSAGES
+from sagestream.protocols.openai import CHAT, COMPLETIONS
+from sagestream.protocols.responses import RESPONSES
+
+__all__ = [
+    "APIS",
+    "CHAT",
+    "COMPLETIONS",
+    "MESSAGES",
+    "RESPONSES",
+    "ClientAPI",
+    "Parsed",
+    "StreamEncoder",
+    "in_client_terms",
+]
+
+# Every client protocol the function speaks.
+APIS: tuple[ClientAPI, ...] = (CHAT, COMPLETIONS, MESSAGES, RESPONSES)

@@ -1,0 +1,112 @@
+"""OpenAI's Responses API (``POST /v1/responses``; with a store, ``GET``/``DELETE /v1/responses/{id}``).
+
+The request is modelled on the openai SDK's ``openai.types.responses.response_create_params`` field for
+field (:mod:`~sagestream.protocols.responses.request`) and translated into the chat-shaped
+:class:`~sagestream.protocols.openai.request.ChatCompletionRequest`, so every dialect builds its body from it
+unchanged; a refusal there names the Responses field (``max_output_tokens``, ``text.format``, ``input.2``),
+not the chat one. Each field is translated, echoed in the response, or refused by name; a field OpenAI does
+not define is refused as OpenAI refuses it (``Unrecognized request argument supplied``).
+
+Without a store (``RESPONSES_STORE=none``) nothing is kept: ``previous_response_id`` is refused by name and a
+``GET`` of a response id is a 404. With one (:mod:`~sagestream.protocols.responses.stored`), an answer is
+kept after its last byte unless ``store`` is false, and ``previous_response_id`` continues the caller's own.
+
+Environment variables read: none.
+
+Example::
+
+    >>> from sagestream.config import Config
+    >>> cfg = Config.from_env({"SAGEMAKER_ENDPOINT_NAME": "e", "AUTH_MODE": "none"})
+    >>> parsed = RESPONSES.parse(b'{"input": "Hi", "instructions": "Be brief."}', cfg)
+    >>> parsed.request.plain_messages()
+    [('system', 'Be brief.'), ('user', 'Hi')]
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from sagestream.delta import Delta
+from sagestream.errors import APIError
+from sagestream.protocols._api import Parsed
+from sagestream.protocols.responses.encoder import ResponsesEncoder, response_json
+
+if TYPE_CHECKING:
+    from sagestream.config import Config
+
+__all__ = ["RESPONSES", "UNOFFERED_HEADER", "ResponsesAPI"]
+
+
+# The hosted tools (OpenAI runs them; a model container cannot) a request carried and the model was not offered.
+UNOFFERED_HEADER = "x-sagestream-unoffered-tools"
+
+
+@dataclass(frozen=True, slots=True)
+class ResponsesAPI:
+    """``/v1/responses`` on the one pipeline: :class:`~sagestream.protocols.ClientAPI`."""
+
+    kind: str = "response"
+
+    def check_headers(self, headers: Mapping[str, str]) -> tuple[str, ...]:
+        return ()  # OpenAI's headers (organization, project, beta) ask nothing of the relay
+
+    def parse(self, raw: bytes, cfg: Config, caller: str = "") -> Parsed:
+        # Here, not at import: the request models are the Responses API's own, built by its first request.
+        from sagestream.protocols.responses.request import parse_responses, renamed, unoffered_tools
+
+        previous, depth = None, 0
+        keeps = cfg.responses_store != "none"
+        if keeps:
+            from sagestream.protocols.responses import stored  # a deployment without a store never loads it
+        # Only a continuation reads the store (and the body twice) before the answer; any other request, nothing.
+        if keeps and b"previous_response_id" in raw:
+            try:
+                data = json.loads(raw)
+            except (ValueError, RecursionError):
+                data = None  # the parser refuses it, in its words
+            if isinstance(data, dict) and "previous_response_id" in data:
+                previous = data["previous_response_id"]
+                data, continues = stored.continued(data, cfg, caller)
+                depth = continues.depth
+                raw = json.dumps(data, ensure_ascii=False).encode()
+        request, chat, origins = parse_responses(
+            raw,
+            max_tokens_limit=cfg.max_tokens_limit,
+            extra_fields=cfg.extra_request_fields,
+            max_prompt_chars=cfg.max_prompt_chars,
+        )
+        unoffered = unoffered_tools(request)
+        noops = (("client_metadata",) if request.client_metadata is not None else ()) + tuple(
+            f"tools.{kind}" for kind in unoffered
+        )
+        headers = {UNOFFERED_HEADER: ", ".join(unoffered)} if unoffered else {}
+        finish = None
+        if keeps and request.store is not False:
+            request._previous_response_id = previous if isinstance(previous, str) else None
+            request._stored = True
+            finish = functools.partial(stored.save, cfg, caller, request_body=raw, depth=depth + 1)
+        # The dialect's refusals (raised where app builds the body) name the Responses field the client sent.
+        return Parsed(
+            chat,
+            request,
+            rename=functools.partial(renamed, origins=origins),
+            noops=noops,
+            headers=headers,
+            finish=finish,
+        )
+
+    def encoder(self, parsed: Parsed, cfg: Config) -> ResponsesEncoder:
+        return ResponsesEncoder(parsed.original, model=cfg.model_id, pad_bytes=cfg.sse_pad_bytes)
+
+    def whole(self, answer: Delta, parsed: Parsed, cfg: Config) -> bytes:
+        return response_json(answer, parsed.original, model=cfg.model_id)
+
+    def error_body(self, err: APIError) -> bytes:
+        return err.json_bytes()
+
+
+RESPONSES = ResponsesAPI()
