@@ -40,25 +40,21 @@ import logging
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
-from functools import partial
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from snapshot_restore_py import register_after_restore
 
-from sagestream import faults, sagemaker_ids, upstream
+from sagestream import faults, protocols, sagemaker_ids, upstream
 from sagestream.auth import Authenticator, presented_keys, requires_key
 from sagestream.config import Config
 from sagestream.delta import Delta
 from sagestream.dialects import DecodeError, UpstreamStreamError, dialect_named
 from sagestream.errors import APIError
 from sagestream.function_url import media_type
-from sagestream.http import JSON_HEADERS, SSE_HEADERS, Request, Route, Writer
-from sagestream.protocols._api import ClientAPI, Parsed, StreamEncoder
-from sagestream.protocols.anthropic import MESSAGES
-from sagestream.protocols.openai import CHAT, COMPLETIONS
+from sagestream.http import JSON_HEADERS, SSE_HEADERS, Request, Route, Routes, Writer
+from sagestream.protocols import ClientAPI, Parsed, StreamEncoder
 from sagestream.protocols.openai.encoder import error_event
-from sagestream.protocols.responses import RESPONSES
 from sagestream.record import StreamRecord
 from sagestream.relay import KEEPALIVE, relay
 from sagestream.runtime import ClientDisconnected, LambdaContext, ResponseStream, WriteTimedOut
@@ -132,24 +128,16 @@ class App:
         self.telemetry = telemetry or Telemetry(config)
         self.auth = auth or Authenticator(config)
         routes = [
-            *self._completion_routes("/v1/chat/completions", CHAT),
-            *self._completion_routes("/v1/completions", COMPLETIONS),
-            *self._completion_routes("/v1/messages", MESSAGES),
-            Route("/v1/messages/count_tokens", ("POST",), App._count_tokens, keyed=True, api=MESSAGES),
-            *self._completion_routes("/v1/responses", RESPONSES),
+            *protocols.ROUTES,
             Route("/v1/models", ("GET",), App._models, keyed=True),
             *(Route(f"/v1/models/{model_id}", ("GET",), App._model, keyed=True) for model_id in config.model_ids),
+            Route("/v1/models", (), App._unknown_model, keyed=True, prefix=True),
             Route("/health", ("GET",), App._health),
         ]
         if config.serve_ui:
             routes += [Route("/", ("GET",), App._page), Route("/index.html", ("GET",), App._page)]
-        self.routes: dict[str, Route] = {route.path: route for route in routes}
+        self.routes = Routes(routes)
         self._margin_checked = False
-
-    @staticmethod
-    def _completion_routes(path: str, api: ClientAPI) -> list[Route]:
-        """The route of a client API: one keyed ``POST`` that runs :meth:`_complete` with it."""
-        return [Route(path, ("POST",), partial(App._complete, api=api), keyed=True, api=api)]
 
     def __call__(self, event: dict[str, Any], stream: ResponseStream, context: LambdaContext) -> None:
         arrived, arrived_cpu = time.monotonic(), time.thread_time()  # before any work on the event
@@ -206,17 +194,15 @@ class App:
             )
 
     def dispatch(self, call: Call) -> None:
-        """The route for the request's path and method, after the key check; a 404 or 405 if there is none."""
+        """The route for the request's path and method, after the key check; a 404 or 405 if there is none.
+
+        A route's client API sets the shape of every refusal from here on (Anthropic's under /v1/messages) and
+        the headers that carry the request id. A prefix route answers every method and path below it itself."""
         request = call.request
         path = request.path.rstrip("/") or "/"
-        route = self.routes.get(path)
-        anthropic = route.api is MESSAGES if route is not None else path.startswith("/v1/messages/")
+        route = self.routes.match(path)
         if route is not None and route.api is not None:
-            call.writer.error_body = route.api.error_body  # refusals from here on take the route's shape
-        elif anthropic:
-            call.writer.error_body = MESSAGES.error_body  # batches and the like: only an Anthropic client asks
-        if anthropic:
-            call.writer.id_headers = ("x-request-id", "request-id")
+            call.writer.error_body, call.writer.id_headers = route.api.error_body, route.api.id_headers
         # Unknown /v1 paths need the key too: without it nobody learns which routes exist.
         if route.keyed if route is not None else requires_key(path):
             identity = self.auth.check(request.headers)
@@ -226,27 +212,12 @@ class App:
                 call.record.caller = details.pop("caller")
                 call.record.caller_details = details or None
         if route is None:
-            if path.startswith("/v1/models/"):
-                raise APIError.not_found(
-                    f"The model '{path.removeprefix('/v1/models/')}' does not exist.",
-                    code="model_not_found",
-                    param="model",
-                )
-            if path.startswith("/v1/responses/") and self.config.responses_store != "none":
-                self._stored_response(call, path.removeprefix("/v1/responses/"))
-                return
-            if path.startswith("/v1/responses/"):
-                # GET/DELETE /v1/responses/{id} (and its input_items, cancel): there is no store to look in.
-                raise APIError.not_found(
-                    f"No response is stored here: this server is stateless and keeps no responses, so "
-                    f"{request.method} {request.path} has nothing to find; only POST /v1/responses is served.",
-                    code="response_not_found",
-                )
             raise APIError.not_found(f"Unknown path {request.path}.", code="unknown_url")
-        if request.method not in route.methods:
-            raise APIError.method_not_allowed(request.method, request.path, ", ".join(route.methods))
-        # HEAD is GET without the body; refusals before this point keep theirs, as they always had.
-        call.writer.head = request.method == "HEAD"
+        if not route.prefix:
+            if request.method not in route.methods:
+                raise APIError.method_not_allowed(request.method, request.path, ", ".join(route.methods))
+            # HEAD is GET without the body; refusals before this point keep theirs, as they always had.
+            call.writer.head = request.method == "HEAD"
         route.handler(self, call)
 
     def _answer_error(self, call: Call, err: APIError) -> None:
@@ -271,6 +242,10 @@ class App:
 
     def _models(self, call: Call) -> None:
         call.writer.json({"object": "list", "data": [self._model_card(m) for m in self.config.model_ids]})
+
+    def _unknown_model(self, call: Call) -> None:
+        model = call.request.path.rstrip("/").removeprefix("/v1/models/")
+        raise APIError.not_found(f"The model '{model}' does not exist.", code="model_not_found", param="model")
 
     def _model(self, call: Call) -> None:
         call.writer.json(self._model_card(call.request.path.rstrip("/").removeprefix("/v1/models/")))
@@ -334,78 +309,74 @@ class App:
             )
         return target
 
-    def _complete(self, call: Call, *, api: ClientAPI) -> None:
+    def complete(self, call: Call, api: ClientAPI) -> None:
         """Every completion route: ``api`` reads the request and writes the answer, whole or streamed."""
         record = call.record
         record.kind = api.kind
+        raw, cfg = self.read_target(call, api)
+        # Who asks matters only to what is kept for them (stored responses): worked out only where it is.
+        parsed = api.parse(raw, cfg, self.owner(call) if cfg.responses_store != "none" else "")
+        record.noted(parsed.noops)
+        req = parsed.request
+        record.streamed = stream = bool(req.stream)
+        call.ids = self.upstream_ids(call, cfg, getattr(req, "prompt_cache_key", None))
+        payload = self.upstream_payload(call, cfg, parsed, stream=stream, max_tokens_default=cfg.max_tokens_limit)
+        # Noted once the call is certain: a request refused above made none, and its record names no ids.
+        record.inference_id, record.prefix_aware_id = call.ids.inference_id, call.ids.prefix_aware_id
+        with self.telemetry.upstream(record):  # the trace subsegment ends with the stream
+            if stream:
+                self._stream(call, cfg, api, parsed, payload)
+            else:
+                self._whole(call, cfg, api, parsed, payload)
+
+    def read_target(self, call: Call, api: ClientAPI) -> tuple[bytes, Config]:
+        """The request's body, and the configuration of the model it names; the record told which, and the
+        API's own headers checked."""
         raw = self._body(call.request)
         # The model first: its own max_tokens_limit is what the request is checked against. A body that is
         # not an object, or a model that is not a string, is the parser's to refuse by name.
         readable, model = _model_named(raw)
         cfg = self._target(model) if readable else self.config
+        record = call.record
         record.model, record.endpoint, record.dialect = cfg.model_id, cfg.endpoint_name, cfg.dialect
         record.noted(api.check_headers(call.request.headers))
-        # Who asks matters only to what is kept for them (stored responses): worked out only where it is.
-        parsed = api.parse(raw, cfg, self._owner(call) if cfg.responses_store != "none" else "")
-        record.noted(parsed.noops)
-        req = parsed.request
-        record.streamed = bool(req.stream)
-        call.ids = self._upstream_ids(call, cfg, getattr(req, "prompt_cache_key", None))
+        return raw, cfg
+
+    def upstream_payload(
+        self, call: Call, cfg: Config, parsed: Parsed, *, stream: bool, max_tokens_default: int | None
+    ) -> bytes:
+        """The InvokeEndpoint body for ``parsed`` in the model's dialect; a dialect's refusal names the field as
+        the client's API calls it."""
+        dialect = dialect_named(cfg.dialect)
+        prefix_aware = call.ids is not None and call.ids.prefix_aware_id is not None
         try:
-            body = dialect_named(cfg.dialect).body(
-                req,
+            body = dialect.body(
+                parsed.request,
                 prompt_template=cfg.prompt_template,
-                stream=bool(req.stream),
-                max_tokens_default=cfg.max_tokens_limit,
-                in_call=_PREFIX_KEY if call.ids.prefix_aware_id is not None else frozenset(),
+                stream=stream,
+                max_tokens_default=max_tokens_default,
+                in_call=_PREFIX_KEY if prefix_aware else frozenset(),
             )
         except APIError as err:
             raise parsed.in_client_terms(err) from None
-        if call.identity is not None and dialect_named(cfg.dialect).carries_user:
+        if call.identity is not None and dialect.carries_user:
             # OpenAI's `user`, which Messages-API containers take for abuse tracking: the verified caller,
             # in place of whatever the client wrote there, so that no caller can speak for another. The
             # prompt dialects have no such field (a client's own `user` is refused there by name).
             body["user"] = call.identity.sub
             if "safety_identifier" in body:  # OpenAI's newer name for the same: bound to the caller too
                 body["safety_identifier"] = call.identity.sub
-        payload = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
-        # Noted once the call is certain: a request refused above made none, and its record names no ids.
-        record.inference_id, record.prefix_aware_id = call.ids.inference_id, call.ids.prefix_aware_id
-        with self.telemetry.upstream(record):  # the trace subsegment ends with the stream
-            if req.stream:
-                self._stream(call, cfg, api, parsed, payload)
-            else:
-                self._whole(call, cfg, api, parsed, payload)
+        return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
 
-    def _stored_response(self, call: Call, rest: str) -> None:
-        """``GET`` / ``DELETE /v1/responses/{id}`` and ``GET /v1/responses/{id}/input_items``: the caller's own."""
-        from sagestream.protocols.responses import stored
-        from sagestream.protocols.responses.store import StoreError, owner_of
-
-        response_id, _, tail = rest.partition("/")
-        method = call.request.method
-        allowed = {"": ("GET", "HEAD", "DELETE"), "input_items": ("GET", "HEAD")}.get(tail)
-        if allowed is None or not response_id:
-            raise APIError.not_found(f"Unknown path {call.request.path}.", code="unknown_url")
-        if method not in allowed:
-            raise APIError.method_not_allowed(method, call.request.path, ", ".join(allowed))
-        call.writer.head = method == "HEAD"
-        store, owner = stored.store_for(self.config), owner_of(self._owner(call))
-        assert store is not None
+    def invoke(self, call: Call, cfg: Config, parsed: Parsed, payload: bytes) -> Delta:
+        """A whole (non-streamed) answer to ``payload``, as one delta; a fault as the client's error."""
         try:
-            if method == "DELETE":
-                if not store.delete(response_id, owner):
-                    raise stored.not_found(response_id)
-                call.writer.json({"id": response_id, "object": "response.deleted", "deleted": True})
-                return
-            found = store.get(response_id, owner)
-        except StoreError as exc:
-            raise stored.unavailable(exc) from exc
-        if found is None:
-            raise stored.not_found(response_id)
-        call.writer.json(found.response if not tail else stored.input_items_page(found.input_items, call.request.query))
+            body = upstream.invoke(self.client, cfg, payload, deadline=self.deadline(call), ids=call.ids)
+            return dialect_named(cfg.dialect).decode_body(body, parsed.request)
+        except (DecodeError, UpstreamStreamError) as exc:
+            raise faults.error_from(exc) from exc
 
-    def _owner(self, call: Call) -> str:
+    def owner(self, call: Call) -> str:
         """Who is asking, as what they keep is kept by (stored responses): the token's issuer and subject, the
         API key, the signing IAM principal; with ``AUTH_MODE=none`` everyone is one caller."""
         if call.identity is not None:
@@ -428,7 +399,7 @@ class App:
             logger.exception("keeping the answer failed")
 
     @staticmethod
-    def _upstream_ids(call: Call, cfg: Config, prompt_cache_key: str | None) -> UpstreamIds:
+    def upstream_ids(call: Call, cfg: Config, prompt_cache_key: str | None) -> UpstreamIds:
         """The invocation's request id as the ``InferenceId``; with prefix-aware routing on for ``cfg``, the
         ``prompt_cache_key`` as the ``PrefixAwareId`` (a 400 naming it if SageMaker could not take it).
 
@@ -438,55 +409,12 @@ class App:
             prefix = sagemaker_ids.prefix_aware_id(prompt_cache_key)
         return UpstreamIds.of(call.context.aws_request_id, prefix)
 
-    def _count_tokens(self, call: Call) -> None:
-        """``/v1/messages/count_tokens``: the container's own count of the prompt, read from its answer to the
-        same request cut at one token (``usage.prompt_tokens``: the prompt as its chat template and tokenizer
-        made it, tools included). A container that reports no prompt count gets a 501 saying so, never an
-        estimate."""
-        record = call.record  # no kind: a count is not a completion in the metrics, though the endpoint is called
-        raw = self._body(call.request)
-        readable, model = _model_named(raw)
-        cfg = self._target(model) if readable else self.config
-        record.model, record.endpoint, record.dialect = cfg.model_id, cfg.endpoint_name, cfg.dialect
-        record.noted(MESSAGES.check_headers(call.request.headers))
-        parsed = MESSAGES.count_request(raw, cfg)
-        try:
-            body = dialect_named(cfg.dialect).body(
-                parsed.request, prompt_template=cfg.prompt_template, stream=False, max_tokens_default=1
-            )
-        except APIError as err:
-            raise parsed.in_client_terms(err) from None
-        payload = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
-        ids = self._upstream_ids(call, cfg, None)
-        record.inference_id = ids.inference_id  # as on the completion routes: the id SageMaker keeps the call by
-        with self.telemetry.upstream(record):
-            try:
-                answer = dialect_named(cfg.dialect).decode_body(
-                    upstream.invoke(self.client, cfg, payload, deadline=self._deadline(call), ids=ids),
-                    parsed.request,
-                )
-            except (DecodeError, UpstreamStreamError) as exc:
-                raise faults.error_from(exc) from exc
-        if answer.usage is None or answer.usage.prompt_tokens is None:
-            raise APIError(
-                501,
-                f"The model container (UPSTREAM_FORMAT={cfg.dialect}) does not report how many tokens a prompt is, "
-                "so this endpoint cannot count them; it does not estimate.",
-                type="api_error",
-                code="count_unavailable",
-            )
-        call.writer.json({"input_tokens": answer.usage.prompt_tokens})
-
-    def _deadline(self, call: Call) -> float:
+    def deadline(self, call: Call) -> float:
         """When the answer must have ended (a :func:`time.monotonic` value): the margin before Lambda's own."""
         return time.monotonic() + (call.context.get_remaining_time_in_millis() - self.config.deadline_margin_ms) / 1000
 
     def _whole(self, call: Call, cfg: Config, api: ClientAPI, parsed: Parsed, payload: bytes) -> None:
-        try:
-            body = upstream.invoke(self.client, cfg, payload, deadline=self._deadline(call), ids=call.ids)
-            answer = dialect_named(cfg.dialect).decode_body(body, parsed.request)
-        except (DecodeError, UpstreamStreamError) as exc:
-            raise faults.error_from(exc) from exc
+        answer = self.invoke(call, cfg, parsed, payload)
         if not answer.finish_reason:
             answer = replace(answer, finish_reason="stop")  # keeps tool calls, reasoning, logprobs
         data = api.whole(answer, parsed, cfg)
@@ -498,7 +426,7 @@ class App:
         """Open the upstream stream and write each delta the moment it is decoded."""
         record, writer = call.record, call.writer
         parts = upstream.open_stream(
-            self.client, cfg, payload, deadline=self._deadline(call), ids=call.ids, keepalive_s=cfg.sse_keepalive_s
+            self.client, cfg, payload, deadline=self.deadline(call), ids=call.ids, keepalive_s=cfg.sse_keepalive_s
         )
         encoder = call.encoder = api.encoder(parsed, cfg)
         headers = {**SSE_HEADERS, **parsed.headers}

@@ -19,7 +19,7 @@ Example::
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from sagestream.protocols._api import ClientAPI
     from sagestream.runtime import ResponseStream
 
-__all__ = ["JSON_HEADERS", "SSE_HEADERS", "Request", "Route", "RouteHandler", "Writer"]
+__all__ = ["JSON_HEADERS", "SSE_HEADERS", "Request", "Route", "RouteHandler", "Routes", "Writer"]
 
 SSE_HEADERS = {
     "content-type": "text/event-stream; charset=utf-8",
@@ -86,7 +86,7 @@ class Writer:
         self.head = head
         # The route's client API sets its own error shape (Anthropic's on /v1/messages); OpenAI's otherwise.
         self.error_body: Callable[[APIError], bytes] = APIError.json_bytes
-        # The headers that carry request_id: the anthropic SDKs read request-id (message._request_id).
+        # The headers that carry request_id (the route's client API may add its own).
         self.id_headers: tuple[str, ...] = ("x-request-id",)
 
     @property
@@ -115,15 +115,42 @@ RouteHandler = Callable[[Any, Any], None]
 
 @dataclass(frozen=True, slots=True)
 class Route:
-    """One path: the methods it answers (``HEAD`` with every ``GET``), its handler, whether it needs a key, and
-    the client API whose error shape its refusals take (OpenAI's when ``None``)."""
+    """One path, or with ``prefix`` every path below it: the methods it answers (``HEAD`` with every ``GET``;
+    every method for a prefix route, whose handler decides), its handler, whether it needs a key, and the
+    client API whose error shape and id headers its answers take (OpenAI's when ``None``)."""
 
     path: str
     methods: tuple[str, ...]
     handler: RouteHandler
     keyed: bool = False
     api: ClientAPI | None = None
+    prefix: bool = False
 
     def __post_init__(self) -> None:
         if "GET" in self.methods and "HEAD" not in self.methods:
             object.__setattr__(self, "methods", (*self.methods, "HEAD"))
+
+
+class Routes:
+    """The route table: a path's own route, else the longest prefix route above it, else none (a 404).
+
+    >>> routes = Routes([Route("/v1/messages", ("POST",), print), Route("/v1/messages", (), print, prefix=True)])
+    >>> routes.match("/v1/messages").prefix, routes.match("/v1/messages/batches").prefix, routes.match("/x")
+    (False, True, None)
+    """
+
+    def __init__(self, routes: Iterable[Route]) -> None:
+        self.exact: dict[str, Route] = {}
+        self.prefixes: list[Route] = []
+        for route in routes:
+            if route.prefix:
+                self.prefixes.append(route)
+            else:
+                self.exact[route.path] = route
+        self.prefixes.sort(key=lambda route: len(route.path), reverse=True)
+
+    def match(self, path: str) -> Route | None:
+        route = self.exact.get(path)
+        if route is not None:
+            return route
+        return next((r for r in self.prefixes if path.startswith(r.path + "/")), None)

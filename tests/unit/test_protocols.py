@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 import pytest
@@ -18,7 +17,7 @@ from sagestream import http
 from sagestream.config import Config
 from sagestream.delta import Delta
 from sagestream.errors import APIError
-from sagestream.protocols._api import Parsed
+from sagestream.protocols._api import Parsed, completion_route
 from sagestream.protocols.openai import CHAT
 from sagestream_local.endpoint import Scenario, exception_frame, payload_part_frame
 from tests.fakes import Upstream, event_stream_response, load_app, stubbed_client
@@ -62,14 +61,15 @@ class Bracketed:
     def error_body(self, err: APIError) -> bytes:
         return json.dumps({"kind": "bracket-error", "status": err.status, "what": err.param}).encode()
 
+    id_headers = ("x-request-id",)
+
 
 def bracketed_app(upstream: Upstream) -> Any:
     config = Config.from_env({"SAGEMAKER_ENDPOINT_NAME": "unit-llm", "AUTH_MODE": "none"})
     handler = app.App(config, stubbed_client(upstream))
     api = Bracketed()
-    handler.routes["/v1/bracketed"] = http.Route(
-        "/v1/bracketed", ("POST",), partial(app.App._complete, api=api), api=api
-    )
+    # A new protocol registers its routes; the app's pipeline serves them as it serves the others'.
+    handler.routes = http.Routes([*handler.routes.exact.values(), completion_route("/v1/bracketed", api)])
     return handler
 
 

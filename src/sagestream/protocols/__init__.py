@@ -7,7 +7,8 @@ dialects speak), ``encoder.py`` (its streamed events and whole answers, from the
 :mod:`._wire` (JSON, SSE events, padding, ids), :mod:`._requests` (strict reading, limits, the 400 that names
 a field).
 
-A new client protocol is one package here and one line in :data:`APIS`.
+A new client protocol is one package here and one line each in :data:`APIS` and :data:`ROUTES`; the app
+serves every route in :data:`ROUTES` and knows no protocol by name.
 
 Example::
 
@@ -17,6 +18,8 @@ Example::
 
 from __future__ import annotations
 
+from sagestream.http import Route
+from sagestream.protocols import anthropic, openai, responses
 from sagestream.protocols._api import ClientAPI, Parsed, StreamEncoder, in_client_terms
 from sagestream.protocols.anthropic import MESSAGES
 from sagestream.protocols.openai import CHAT, COMPLETIONS
@@ -28,11 +31,13 @@ __all__ = [
     "COMPLETIONS",
     "MESSAGES",
     "RESPONSES",
+    "ROUTES",
     "ClientAPI",
     "Parsed",
     "StreamEncoder",
     "in_client_terms",
 ]
 
-# Every client protocol the function speaks.
+# Every client protocol the function speaks, and the routes each registers.
 APIS: tuple[ClientAPI, ...] = (CHAT, COMPLETIONS, MESSAGES, RESPONSES)
+ROUTES: tuple[Route, ...] = (*openai.ROUTES, *anthropic.ROUTES, *responses.ROUTES)

@@ -32,12 +32,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from sagestream.delta import Delta
 from sagestream.errors import APIError
+from sagestream.http import Route
 
 if TYPE_CHECKING:
     from sagestream.config import Config
     from sagestream.protocols.openai.request import ChatCompletionRequest, CompletionRequest
 
-__all__ = ["ClientAPI", "Parsed", "StreamEncoder", "in_client_terms"]
+__all__ = ["App", "ClientAPI", "Parsed", "StreamEncoder", "completion_route", "in_client_terms"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +121,41 @@ class ClientAPI(Protocol):
     def error_body(self, err: APIError) -> bytes:
         """``err`` as this API's error body, for an error before the first byte."""
         ...
+
+    @property
+    def id_headers(self) -> tuple[str, ...]:
+        """The response headers that carry the request id, as this API's clients read it."""
+        ...
+
+
+class App(Protocol):
+    """What a protocol's own route handlers ask of the app (:class:`sagestream.app.App`, which documents each)."""
+
+    config: Config
+    telemetry: Any
+
+    def complete(self, call: Any, api: ClientAPI) -> None: ...
+
+    def read_target(self, call: Any, api: ClientAPI) -> tuple[bytes, Config]: ...
+
+    def upstream_ids(self, call: Any, cfg: Config, prompt_cache_key: str | None) -> Any: ...
+
+    def upstream_payload(
+        self, call: Any, cfg: Config, parsed: Parsed, *, stream: bool, max_tokens_default: int | None
+    ) -> bytes: ...
+
+    def invoke(self, call: Any, cfg: Config, parsed: Parsed, payload: bytes) -> Delta: ...
+
+    def owner(self, call: Any) -> str: ...
+
+
+def completion_route(path: str, api: ClientAPI) -> Route:
+    """The route of a client API's completions: one keyed ``POST`` that runs the app's pipeline with ``api``."""
+
+    def complete(app: App, call: Any) -> None:
+        app.complete(call, api)
+
+    return Route(path, ("POST",), complete, keyed=True, api=api)
 
 
 class StreamEncoder(Protocol):

@@ -60,11 +60,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sagestream.delta import Delta
 from sagestream.errors import APIError
-from sagestream.protocols._api import Parsed
+from sagestream.http import Route
+from sagestream.protocols._api import App, Parsed, completion_route
 from sagestream.protocols._wire import dumps
 from sagestream.protocols.anthropic.encoder import ERROR_TYPES, MessagesEncoder, error_object, message_json
 from sagestream.protocols.openai.request import ChatCompletionRequest
@@ -72,7 +73,7 @@ from sagestream.protocols.openai.request import ChatCompletionRequest
 if TYPE_CHECKING:
     from sagestream.config import Config
 
-__all__ = ["ERROR_TYPES", "MESSAGES", "REFUSED_HEADERS", "MessagesAPI", "error_object"]
+__all__ = ["ERROR_TYPES", "MESSAGES", "REFUSED_HEADERS", "ROUTES", "MessagesAPI", "count_tokens", "error_object"]
 
 
 # Headers the SDK sends for its own parameters, which choose things this function does not have.
@@ -123,6 +124,11 @@ class MessagesAPI:
     def error_body(self, err: APIError) -> bytes:
         return dumps(error_object(err))
 
+    @property
+    def id_headers(self) -> tuple[str, ...]:
+        # The anthropic SDKs read request-id (message._request_id); x-request-id as on every route.
+        return ("x-request-id", "request-id")
+
 
 MESSAGES = MessagesAPI()
 
@@ -137,3 +143,38 @@ def _stops(parsed: Parsed) -> tuple[str, ...]:
     request = parsed.request
     assert isinstance(request, ChatCompletionRequest)
     return tuple(request.stop_sequences or ())
+
+
+def count_tokens(app: App, call: Any) -> None:
+    """``/v1/messages/count_tokens``: the container's own count of the prompt, read from its answer to the same
+    request cut at one token (``usage.prompt_tokens``: the prompt as its chat template and tokenizer made it,
+    tools included). A container that reports no prompt count gets a 501 saying so, never an estimate."""
+    record = call.record  # no kind: a count is not a completion in the metrics, though the endpoint is called
+    raw, cfg = app.read_target(call, MESSAGES)
+    parsed = MESSAGES.count_request(raw, cfg)
+    call.ids = app.upstream_ids(call, cfg, None)
+    payload = app.upstream_payload(call, cfg, parsed, stream=False, max_tokens_default=1)
+    record.inference_id = call.ids.inference_id  # as on the completion routes: the id SageMaker keeps the call by
+    with app.telemetry.upstream(record):
+        answer = app.invoke(call, cfg, parsed, payload)
+    if answer.usage is None or answer.usage.prompt_tokens is None:
+        raise APIError(
+            501,
+            f"The model container (UPSTREAM_FORMAT={cfg.dialect}) does not report how many tokens a prompt is, "
+            "so this endpoint cannot count them; it does not estimate.",
+            type="api_error",
+            code="count_unavailable",
+        )
+    call.writer.json({"input_tokens": answer.usage.prompt_tokens})
+
+
+def _unknown(app: App, call: Any) -> None:
+    # Batches, files, models under /v1/messages and the like: only an Anthropic client asks, in its own shape.
+    raise APIError.not_found(f"Unknown path {call.request.path}.", code="unknown_url")
+
+
+ROUTES = (
+    completion_route("/v1/messages", MESSAGES),
+    Route("/v1/messages/count_tokens", ("POST",), count_tokens, keyed=True, api=MESSAGES),
+    Route("/v1/messages", (), _unknown, keyed=True, api=MESSAGES, prefix=True),
+)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from sagestream.delta import Delta
 from sagestream.errors import APIError
-from sagestream.protocols._api import Parsed, StreamEncoder
+from sagestream.protocols._api import Parsed, StreamEncoder, completion_route
 from sagestream.protocols.openai.encoder import ChunkEncoder, Kind, completion_json
 
 # The request models load at init: the first request after a cold start is a completion and needs them;
@@ -30,7 +30,7 @@ from sagestream.protocols.openai.request import parse_chat, parse_completion
 if TYPE_CHECKING:
     from sagestream.config import Config
 
-__all__ = ["CHAT", "COMPLETIONS", "OpenAICompletions"]
+__all__ = ["CHAT", "COMPLETIONS", "ROUTES", "OpenAICompletions"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,8 +63,14 @@ class OpenAICompletions:
     def error_body(self, err: APIError) -> bytes:
         return err.json_bytes()
 
+    @property
+    def id_headers(self) -> tuple[str, ...]:
+        return ("x-request-id",)
+
 
 CHAT = OpenAICompletions("chat")
 
 
 COMPLETIONS = OpenAICompletions("completion")
+
+ROUTES = (completion_route("/v1/chat/completions", CHAT), completion_route("/v1/completions", COMPLETIONS))

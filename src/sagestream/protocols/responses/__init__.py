@@ -28,17 +28,18 @@ import functools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sagestream.delta import Delta
 from sagestream.errors import APIError
-from sagestream.protocols._api import Parsed
+from sagestream.http import Route
+from sagestream.protocols._api import App, Parsed, completion_route
 from sagestream.protocols.responses.encoder import ResponsesEncoder, response_json
 
 if TYPE_CHECKING:
     from sagestream.config import Config
 
-__all__ = ["RESPONSES", "UNOFFERED_HEADER", "ResponsesAPI"]
+__all__ = ["RESPONSES", "ROUTES", "UNOFFERED_HEADER", "ResponsesAPI", "stored_response"]
 
 
 # The hosted tools (OpenAI runs them; a model container cannot) a request carried and the model was not offered.
@@ -108,5 +109,28 @@ class ResponsesAPI:
     def error_body(self, err: APIError) -> bytes:
         return err.json_bytes()
 
+    @property
+    def id_headers(self) -> tuple[str, ...]:
+        return ("x-request-id",)
+
 
 RESPONSES = ResponsesAPI()
+
+
+def stored_response(app: App, call: Any) -> None:
+    """``GET`` / ``DELETE /v1/responses/{id}`` and ``GET /v1/responses/{id}/input_items``: the caller's own."""
+    if app.config.responses_store == "none":
+        raise APIError.not_found(
+            f"No response is stored here: this server is stateless and keeps no responses, so "
+            f"{call.request.method} {call.request.path} has nothing to find; only POST /v1/responses is served.",
+            code="response_not_found",
+        )
+    from sagestream.protocols.responses import stored
+
+    stored.answer(call, app.config, app.owner(call))
+
+
+ROUTES = (
+    completion_route("/v1/responses", RESPONSES),
+    Route("/v1/responses", (), stored_response, keyed=True, api=RESPONSES, prefix=True),
+)

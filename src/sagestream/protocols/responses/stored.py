@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from sagestream.config import Config
 
 __all__ = [
+    "answer",
     "continued",
     "input_items_page",
     "not_found",
@@ -154,3 +155,31 @@ def save(cfg: Config, owner: str, response_json: bytes, *, request_body: bytes, 
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise StoreError(f"the answer or its request is not what was expected: {exc}") from exc
     store.put(response_id, owner_of(owner), response, items, depth)
+
+
+def answer(call: Any, config: Config, caller: str) -> None:
+    """``GET`` / ``DELETE /v1/responses/{id}`` and ``GET /v1/responses/{id}/input_items`` for ``caller``: its own
+    response (another caller's id is a 404 as an unknown one is)."""
+    rest = call.request.path.rstrip("/").removeprefix("/v1/responses/")
+    response_id, _, tail = rest.partition("/")
+    method = call.request.method
+    allowed = {"": ("GET", "HEAD", "DELETE"), "input_items": ("GET", "HEAD")}.get(tail)
+    if allowed is None or not response_id:
+        raise APIError.not_found(f"Unknown path {call.request.path}.", code="unknown_url")
+    if method not in allowed:
+        raise APIError.method_not_allowed(method, call.request.path, ", ".join(allowed))
+    call.writer.head = method == "HEAD"
+    store, owner = store_for(config), owner_of(caller)
+    assert store is not None
+    try:
+        if method == "DELETE":
+            if not store.delete(response_id, owner):
+                raise not_found(response_id)
+            call.writer.json({"id": response_id, "object": "response.deleted", "deleted": True})
+            return
+        found = store.get(response_id, owner)
+    except StoreError as exc:
+        raise unavailable(exc) from exc
+    if found is None:
+        raise not_found(response_id)
+    call.writer.json(found.response if not tail else input_items_page(found.input_items, call.request.query))
