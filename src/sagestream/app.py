@@ -34,18 +34,16 @@ Example (``make invoke`` runs this for real)::
 
 from __future__ import annotations
 
-import html
 import json
 import logging
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
-from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from snapshot_restore_py import register_after_restore
 
-from sagestream import faults, protocols, sagemaker_ids, upstream
+from sagestream import faults, page, protocols, sagemaker_ids, upstream
 from sagestream.auth import Authenticator, presented_keys, requires_key
 from sagestream.config import Config
 from sagestream.delta import Delta
@@ -67,41 +65,6 @@ if TYPE_CHECKING:
 __all__ = ["App", "Call", "Request", "Route", "Writer", "handler"]
 
 logger = logging.getLogger(__name__)
-
-PAGE_HEADERS: dict[str, str] = {
-    "content-type": "text/html; charset=utf-8",
-    "cache-control": "no-cache",
-    "x-content-type-options": "nosniff",
-    "content-security-policy": "default-src 'self'; script-src 'self' 'unsafe-inline'; "
-    "style-src 'self' 'unsafe-inline'; connect-src 'self'; img-src 'self' data:",
-}
-
-
-def page_policy(sign_in: Mapping[str, str] | None) -> str:
-    """The page's CSP with the issuer's origins it needs to sign in: its token endpoint (``fetch``) and its
-    authorize and end-session endpoints (navigated to); nothing else of the issuer, and nothing of anyone else.
-
-    >>> page_policy({"token_endpoint": "https://auth.example/oauth2/token"}).split("; ")[3]
-    "connect-src 'self' https://auth.example"
-    """
-    connect = _origins([(sign_in or {}).get("token_endpoint")])
-    navigate = _origins([(sign_in or {}).get(k) for k in ("authorization_endpoint", "end_session_endpoint")])
-    return (
-        f"default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'; "
-        f"connect-src 'self'{connect}; img-src 'self' data:; form-action 'self'{navigate}"
-    )
-
-
-def _origins(urls: Iterable[str | None]) -> str:
-    from urllib.parse import urlsplit
-
-    found = []
-    for url in urls:
-        parts = urlsplit(url or "")
-        origin = f"{parts.scheme}://{parts.netloc}"
-        if parts.scheme in ("https", "http") and parts.netloc and origin not in found:
-            found.append(origin)
-    return "".join(" " + o for o in found)
 
 
 @dataclass(slots=True)
@@ -135,7 +98,7 @@ class App:
             Route("/health", ("GET",), App._health),
         ]
         if config.serve_ui:
-            routes += [Route("/", ("GET",), App._page), Route("/index.html", ("GET",), App._page)]
+            routes += [Route("/", ("GET",), page.serve), Route("/index.html", ("GET",), page.serve)]
         self.routes = Routes(routes)
         self._margin_checked = False
 
@@ -253,23 +216,6 @@ class App:
     def _health(self, call: Call) -> None:
         # Nothing unauthenticated names the endpoint or the model.
         call.writer.json({"status": "ok"})
-
-    def _page(self, call: Call) -> None:
-        # With keys or sign-in, the page learns the model from /v1/models once it may call, never from here.
-        model = "" if self.config.auth_mode in ("api_key", "jwt") else self.config.model_id
-        page = (
-            resources.files("sagestream")
-            .joinpath("static/index.html")
-            .read_text("utf-8")
-            .replace("__SAGESTREAM_MODEL__", html.escape(model))
-            .replace("__SAGESTREAM_AUTH_MODE__", html.escape(self.config.auth_mode))
-        )
-        headers = PAGE_HEADERS
-        if self.auth.verifier is not None:
-            sign_in = self.auth.verifier.page_sign_in(self.config.jwt_page_client_id)
-            page = page.replace("__SAGESTREAM_SIGN_IN__", html.escape(json.dumps(sign_in or {})))
-            headers = {**PAGE_HEADERS, "content-security-policy": page_policy(sign_in)}
-        call.writer.write(page.encode(), 200, headers)
 
     # --- completions ---
 

@@ -100,21 +100,6 @@ def test_health_says_ok_and_nothing_else(open_app: Any) -> None:
     assert json.loads(run(open_app, "GET", "/health").body) == {"status": "ok"}
 
 
-def test_with_keys_nothing_unauthenticated_names_the_model_or_the_endpoint() -> None:
-    keyed, _ = make(AUTH_MODE="api_key", API_KEYS="sk-unit", SERVE_UI="true", MODEL_ID="secret-model-7")
-    for path in ("/health", "/", "/index.html"):
-        answer = run(keyed, "GET", path)
-        assert answer.status == 200
-        assert b"secret-model-7" not in answer.body and b"unit-llm" not in answer.body, path
-    assert run(keyed, "GET", "/v1/models").status == 401
-    models = run(keyed, "GET", "/v1/models", headers={"authorization": "Bearer sk-unit"})
-    assert json.loads(models.body)["data"][0]["id"] == "secret-model-7"
-
-
-def test_without_keys_the_page_is_told_the_model(open_app: Any) -> None:
-    assert b'data-model="unit-llm"' in run(open_app, "GET", "/").body
-
-
 @pytest.mark.parametrize(
     ("method", "path", "body", "status"),
     [
