@@ -36,13 +36,14 @@ global settings (``UPSTREAM_FORMAT``, ``PROMPT_TEMPLATE``, ``MAX_TOKENS_LIMIT``,
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import urlsplit
+
+import msgspec
 
 from sagestream.dialects import DIALECTS, dialect_named, prompts
 from sagestream.settings import AUTH_MODES, READ_BY_CONFIG, SETTINGS, ConfigError
@@ -51,53 +52,38 @@ __all__ = ["AUTH_MODES", "Config", "ConfigError", "ModelTarget", "parse_models"]
 
 
 def openai_fields() -> frozenset[str]:
-    """The request fields the OpenAI models validate. The models (and pydantic) load only when asked:
-    init does not need them unless EXTRA_REQUEST_FIELDS is set."""
+    """The request fields the OpenAI models validate (their wire names)."""
     from sagestream.protocols.openai.request import ChatCompletionRequest, CompletionRequest
 
-    return frozenset(ChatCompletionRequest.model_fields) | frozenset(CompletionRequest.model_fields)
+    return frozenset(ChatCompletionRequest.__struct_encode_fields__) | frozenset(
+        CompletionRequest.__struct_encode_fields__
+    )
 
 
-# The keys of one model in MODELS (the fields of the pydantic model below).
-MODEL_KEYS = (
-    "endpoint",
-    "inference_component",
-    "upstream_format",
-    "prompt_template",
-    "max_tokens_limit",
-    "target_variant",
-    "prefix_aware_routing",
-)
+NonEmpty = Annotated[str, msgspec.Meta(min_length=1)]
 
 
-@functools.cache
-def _models_schema() -> Any:
-    """``MODELS``' schema, a pydantic ``TypeAdapter``; pydantic loads only when ``MODELS`` is set, so that
-    init without it stays as light as before (tests/unit/test_upstream_client.py checks what init loads)."""
-    from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+class ModelEntry(msgspec.Struct, forbid_unknown_fields=True):
+    """One model of ``MODELS``: where its requests go. Only ``endpoint`` is required.
 
-    class ModelEntry(BaseModel):
-        """One model of ``MODELS``: where its requests go. Only ``endpoint`` is required.
+    ``upstream_format``, ``prompt_template``, ``max_tokens_limit``, ``target_variant`` and
+    ``prefix_aware_routing`` default to the global settings (``prefix_aware_routing``: an endpoint's
+    routing strategy is its own, so one model may turn it on or off against ``PREFIX_AWARE_ROUTING``).
+    ``inference_component`` does not: a component's name belongs to one endpoint, so a global one would
+    be wrong for every other endpoint.
+    """
 
-        ``upstream_format``, ``prompt_template``, ``max_tokens_limit``, ``target_variant`` and
-        ``prefix_aware_routing`` default to the global settings (``prefix_aware_routing``: an endpoint's
-        routing strategy is its own, so one model may turn it on or off against ``PREFIX_AWARE_ROUTING``).
-        ``inference_component`` does not: a component's name belongs to one endpoint, so a global one would
-        be wrong for every other endpoint.
-        """
+    endpoint: NonEmpty
+    inference_component: NonEmpty | None = None
+    upstream_format: str | None = None
+    prompt_template: NonEmpty | None = None
+    max_tokens_limit: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    target_variant: NonEmpty | None = None
+    prefix_aware_routing: bool | None = None
 
-        model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
-        endpoint: str = Field(min_length=1)
-        inference_component: str | None = Field(default=None, min_length=1)
-        upstream_format: str | None = None
-        prompt_template: str | None = Field(default=None, min_length=1)
-        max_tokens_limit: int | None = Field(default=None, ge=1)
-        target_variant: str | None = Field(default=None, min_length=1)
-        prefix_aware_routing: bool | None = None
-
-    assert tuple(ModelEntry.model_fields) == MODEL_KEYS
-    return TypeAdapter(dict[str, ModelEntry])
+# The keys of one model in MODELS.
+MODEL_KEYS: tuple[str, ...] = ModelEntry.__struct_fields__
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +109,7 @@ def parse_models(text: str, *, defaults: ModelTarget) -> tuple[ModelTarget, ...]
     >>> parse_models('{"a": {"endpoint": "e", "max_tokens_limit": 0}}', defaults=glob)
     Traceback (most recent call last):
     ...
-    sagestream.settings.ConfigError: MODELS: model 'a': key 'max_tokens_limit': Input should be greater than ...
+    sagestream.settings.ConfigError: MODELS: model 'a': key 'max_tokens_limit': Expected `int` >= 1
     >>> parse_models('{"a": {"endpoint": "e"}}', defaults=glob)[0].max_tokens_limit
     512
     """
@@ -133,22 +119,7 @@ def parse_models(text: str, *, defaults: ModelTarget) -> tuple[ModelTarget, ...]
         raise ConfigError(f"MODELS is not JSON: {e}") from None
     if not isinstance(raw, dict) or not raw:
         raise ConfigError('MODELS must be a non-empty JSON object: {"<model id>": {"endpoint": "..."}, ...}')
-    from pydantic import ValidationError
-
-    try:
-        entries = _models_schema().validate_python(raw)
-    except ValidationError as e:
-        # A misspelt key also leaves its real one missing: name the misspelling, it is the cause.
-        first = sorted(e.errors(), key=lambda err: err["type"] != "extra_forbidden")[0]
-        where = first["loc"]
-        model = where[0] if where else "?"
-        if len(where) < 2:
-            raise ConfigError(f'MODELS: model {model!r}: must be an object with at least "endpoint"') from None
-        key = where[1]
-        if first["type"] == "extra_forbidden":
-            known = ", ".join(MODEL_KEYS)
-            raise ConfigError(f"MODELS: model {model!r}: key {key!r} is not a setting (known: {known})") from None
-        raise ConfigError(f"MODELS: model {model!r}: key {key!r}: {first['msg']}") from None
+    entries = {model_id: _model_entry(model_id, value) for model_id, value in raw.items()}
     targets = []
     for model_id, entry in entries.items():
         if not model_id.strip() or model_id != model_id.strip():
@@ -176,6 +147,24 @@ def parse_models(text: str, *, defaults: ModelTarget) -> tuple[ModelTarget, ...]
             )
         )
     return tuple(targets)
+
+
+def _model_entry(model_id: str, value: Any) -> ModelEntry:
+    """One model of ``MODELS``, or :class:`ConfigError` naming the key at fault."""
+    if not isinstance(value, dict):
+        raise ConfigError(f'MODELS: model {model_id!r}: must be an object with at least "endpoint"')
+    # A misspelt key also leaves its real one missing: name the misspelling, it is the cause.
+    unknown = sorted(set(value) - set(MODEL_KEYS))
+    if unknown:
+        known = ", ".join(MODEL_KEYS)
+        raise ConfigError(f"MODELS: model {model_id!r}: key {unknown[0]!r} is not a setting (known: {known})")
+    try:
+        return msgspec.convert(value, ModelEntry, strict=True)
+    except msgspec.ValidationError as e:
+        text = str(e)
+        key = next((k for k in MODEL_KEYS if f"`{k}`" in text or f"$.{k}`" in text), "?")
+        reason = "Field required" if text.startswith("Object missing required field") else text.split(" - at ")[0]
+        raise ConfigError(f"MODELS: model {model_id!r}: key {key!r}: {reason}") from None
 
 
 def _check_extra_fields(extra_fields: frozenset[str], targets: tuple[ModelTarget, ...]) -> None:

@@ -8,7 +8,7 @@ that sets it on AWS. :meth:`Config.from_env <sagestream.config.Config.from_env>`
 fails when the page differs), and ``tests/deploy`` checks the template's parameters against it.
 
 A small table of its own rather than pydantic-settings: that package imports asyncio, ssl and argparse, about
-100 ms of CPU at init on top of pydantic (docs/configuration.md, "How the table is made"); this module imports
+100 ms of CPU at init, and pydantic with it (docs/configuration.md, "How the table is made"); this module imports
 nothing the function does not load anyway.
 
 Regenerate the page's table after changing a setting::

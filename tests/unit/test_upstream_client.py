@@ -57,9 +57,12 @@ def test_every_call_sends_the_same_user_agent_made_at_init(sent: tuple[Any, list
     assert all(request.headers["Authorization"].startswith(b"AWS4-HMAC-SHA256 ") for request in requests)
 
 
-# What init leaves unloaded: boto3 (botocore's client is made directly), Powertools' event classes, and
-# what only some settings use. The request models and pydantic do load at init: the first request needs them.
+# What init leaves unloaded: boto3 (botocore's client is made directly), Powertools' event classes, what only
+# some settings use, and pydantic, which nothing of the function uses (the request models are msgspec's, and
+# the chat request's load at init: the first request needs them).
 NOT_AT_INIT = (
+    "pydantic",
+    "pydantic_core",
     "boto3",
     "s3transfer",
     "aws_lambda_powertools.utilities.data_classes",
@@ -86,5 +89,15 @@ def test_init_imports_only_what_the_first_request_needs() -> None:
 
 
 def test_the_request_models_are_ready_before_the_first_request() -> None:
-    code = "import sagestream.app; assert {'sagestream.protocols.openai.request', 'pydantic'} <= set(sys.modules)"
+    code = "import sagestream.app; assert {'sagestream.protocols.openai.request', 'msgspec'} <= set(sys.modules)"
     assert _loaded_after(code) == []
+
+
+def test_no_request_of_any_protocol_loads_pydantic() -> None:
+    messages = '{"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "Hi"}]}'
+    responses = '{"model": "m", "input": "Hi", "text": {"format": {"type": "json_object"}}}'
+    code = (
+        "from sagestream.config import Config; from sagestream.protocols import MESSAGES, RESPONSES; "
+        f"cfg = Config.from_env(); MESSAGES.parse({messages!r}.encode(), cfg); RESPONSES.parse({responses!r}.encode(), cfg)"
+    )
+    assert "pydantic" not in _loaded_after(code, AUTH_MODE="none")

@@ -151,7 +151,7 @@ class GenerateDialect(Dialect):
         for n, message in enumerate(request.messages):
             if message.role == "function":
                 self.refuse(f"messages.{n}.role", "'function' messages belong to tool calling; " + MESSAGES_API)
-            for name in message.model_dump(exclude_unset=True, exclude_none=True):
+            for name in message.given():
                 if name in ("role", "content", "tool_call_id"):
                     continue
                 reason = (

@@ -56,7 +56,9 @@ class OpenAIDialect(Dialect):
         for name in ("model", "max_tokens", "max_completion_tokens", "stream", "stream_options"):
             body.pop(name, None)
         if isinstance(request, ChatCompletionRequest):
-            body["messages"] = [_message(message) for message in request.messages]
+            body["messages"] = [
+                _message(m, sent) for m, sent in zip(request.messages, request.sent_messages(), strict=True)
+            ]
         else:
             body["prompt"] = request.prompt_text
         body["stream"] = stream
@@ -81,8 +83,9 @@ class OpenAIDialect(Dialect):
         return delta
 
 
-def _message(message: Any) -> dict[str, Any]:
-    sent: dict[str, Any] = message.model_dump(mode="json", exclude_unset=True, by_alias=True)
+def _message(message: Any, sent: dict[str, Any]) -> dict[str, Any]:
+    """The message as the client sent it, its role and content in the words every chat template reads."""
+    sent = dict(sent)
     if sent.get("role") == "developer":
         # OpenAI's newer name for system; chat templates of open models know only system.
         sent["role"] = "system"

@@ -1,9 +1,11 @@
 """Reading a request body strictly, for every client protocol: the shared checks and the 400s that name a field.
 
-:func:`read_object` refuses what is not a JSON object (NaN and Infinity, a lone surrogate, nesting past
-:data:`MAX_JSON_DEPTH`, named by the free-form field it is in); :class:`StrictModel` is the base of every
-request model (strict types, unknown fields refused by name); :func:`invalid` turns a validation's errors
-into one 400 naming the first field at fault in the client's own dotted path; :func:`check_max_tokens` and
+The request models are ``msgspec.Struct`` classes (:class:`Strict`, :class:`Tagged`): unknown fields refused
+by name, JSON types not coerced, constraints as ``Meta``, content parts and items as tagged unions.
+:func:`read_object` reads the body (msgspec's decoder: NaN, Infinity and a lone surrogate are not JSON) and
+refuses what is not an object or nests past :data:`MAX_JSON_DEPTH` (named by the free-form field it is in);
+:func:`convert` validates it into a model, and turns msgspec's one error into the 400 OpenAI's API would
+send, ``param`` the client's dotted path (``messages.0.role``); :func:`check_max_tokens` and
 :func:`check_prompt_size` enforce the deployment's limits.
 
 Environment variables read: none.
@@ -17,93 +19,119 @@ Example::
     ... except APIError as err:
     ...     print(err.status, err.code)
     400 invalid_json
+    >>> class Ask(Strict):
+    ...     n: int
+    >>> try:
+    ...     convert(Ask, {"n": "5"})
+    ... except APIError as err:
+    ...     print(err.param, err.code)
+    n invalid_type
 """
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, NoReturn
+from itertools import accumulate
+from typing import Any, Protocol, TypeVar
 
-from pydantic import BaseModel, ConfigDict
-from pydantic_core import ErrorDetails
+import msgspec
 
 from sagestream.errors import APIError
 
-if TYPE_CHECKING:
-    from sagestream.protocols.openai.request import OpenAIRequest
-
 __all__ = [
     "MAX_JSON_DEPTH",
-    "RelayedObject",
-    "StrictModel",
+    "Strict",
+    "Tagged",
+    "check_entries",
     "check_max_tokens",
     "check_prompt_size",
+    "convert",
+    "describe",
     "invalid",
     "read_object",
 ]
 
-
 MAX_JSON_DEPTH = 64
 """How deeply a request body may nest, the body itself being level 1 (so a ``response_format`` schema may
-nest 61 levels under its field). pydantic's JSON serializer gives up at about 255 levels (its recursion
-guard), in the upstream body build, after the request was accepted: a quarter of that leaves it far out of
-reach, while real JSON Schemas nest a dozen levels at most (a schema level is two JSON levels, ``properties``
-and the property; OpenAI's structured outputs allow 10 schema levels)."""
+nest 61 levels under its field). A container's JSON parser, and any code that walks a schema, recurses once per
+level: a quarter of Python's default recursion limit keeps every such walk far from it, while real JSON Schemas
+nest a dozen levels at most (a schema level is two JSON levels, ``properties`` and the property; OpenAI's
+structured outputs allow 10 schema levels)."""
 
 
-class StrictModel(BaseModel):
-    """The base of every request model here and in the other APIs' request modules: strict types, unknown
-    fields refused (each is named in the 400), immutable."""
+class Strict(msgspec.Struct, forbid_unknown_fields=True):
+    """The base of every request model: unknown fields refused (each named in the 400), no coercion."""
 
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+    def given(self) -> dict[str, Any]:
+        """The fields that carry a value (not ``None``), under their Python names."""
+        return {name: value for name in self.__struct_fields__ if (value := getattr(self, name)) is not None}
 
 
-class RelayedObject(BaseModel):
-    """An object the relay passes on without reading inside it (OpenAI-platform options, JSON Schemas)."""
+class Tagged(Strict, tag_field="type"):
+    """A member of a union told apart by its ``type`` (a content part, a tool, an item)."""
 
-    model_config = ConfigDict(strict=True, extra="allow", frozen=True)
+    @property
+    def type(self) -> str:
+        return str(self.__struct_config__.tag)
+
+
+ModelT = TypeVar("ModelT")
+
+
+# --- reading the body ---------------------------------------------------------------------------------------
+
+# A JSON string, escapes included: taken out of the body before its brackets are counted.
+_STRINGS = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"{}[]")
+# The nesting each bracket byte adds: +1 opens, -1 closes.
+_STEP = [0] * 256
+_STEP[ord("{")] = _STEP[ord("[")] = 1
+_STEP[ord("}")] = _STEP[ord("]")] = -1
+_LONE_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
 def read_object(body: bytes, free_form: tuple[tuple[str, ...], ...] = ()) -> dict[str, Any]:
     """A request body read as the JSON object every API's request is; a 400 otherwise (not JSON, NaN or
     Infinity, not an object, a lone surrogate, nested deeper than :data:`MAX_JSON_DEPTH`: named by the field
-    of ``free_form`` it is in: the request's free-form fields, ``*`` standing for a list index).
-
-    >>> read_object(b'{"model": "m"}')
-    {'model': 'm'}
-    """
+    of ``free_form`` it is in: the request's free-form fields, ``*`` standing for a list index)."""
     try:
-        # NaN and Infinity are not JSON; refusing them here keeps them out of every number field.
-        data = json.loads(body, parse_constant=_reject_constant)
-    except (ValueError, RecursionError) as exc:
-        # ValueError covers JSONDecodeError and UnicodeDecodeError; RecursionError, absurd nesting.
+        data = msgspec.json.decode(body)
+    except msgspec.DecodeError as exc:
+        if _LONE_SURROGATE.search(body):
+            # JSON's grammar allows "\ud800" alone; no UTF-8 can carry it to the container.
+            raise APIError.invalid_request(
+                "The request body is not valid JSON (a \\u escape is an unpaired UTF-16 surrogate).",
+                code="invalid_json",
+            ) from None
+        raise APIError.invalid_request(f"The request body is not valid JSON ({exc}).", code="invalid_json") from None
+    except RecursionError:
         raise APIError.invalid_request(
-            f"The request body is not valid JSON ({_reason(exc)}).", code="invalid_json"
+            "The request body is not valid JSON (nested too deeply).", code="invalid_json"
         ) from None
     if not isinstance(data, dict):
         raise APIError.invalid_request("The request body must be a JSON object.", code="invalid_type")
-    if re.search(rb"\\u[dD][89a-fA-F]", body) and _has_lone_surrogate(data):
-        # JSON's grammar allows "\ud800" alone; no UTF-8 can carry it to the container.
-        raise APIError.invalid_request(
-            "The request body is not valid JSON (a \\u escape is an unpaired UTF-16 surrogate).", code="invalid_json"
-        )
-    _check_depth(body, data, free_form)
+    if _depth(body) > MAX_JSON_DEPTH:
+        _refuse_deepest(data, free_form)
     return data
 
 
-def _check_depth(body: bytes, data: dict[str, Any], free_form: tuple[tuple[str, ...], ...] = ()) -> None:
-    """A 400 naming the field when the body nests deeper than :data:`MAX_JSON_DEPTH`.
+def _depth(body: bytes) -> int:
+    """How deeply ``body`` (valid JSON) nests, from its bytes: its strings taken out, its brackets counted.
 
-    Decided here, before any work: pydantic would accept the request and then fail to serialise it for the
-    endpoint ("Maximum serialization depth exceeded"), a 500 a client could cause at will.
+    One pass of the regex engine and of C iterators over the bytes; the decoded body is walked only to name
+    the field of a body that is too deep.
 
-    >>> _check_depth(b"{}", {"tools": [{"function": {"parameters": {"a": {}}}}]}) is None
-    True
+    >>> _depth(b'{"a": [1, {"b": "]]]{{"}]}'), _depth(b'{"a": "' + b"[" * 99 + b'", "b": [[[]]]}')
+    (0, 4)
     """
-    if body.count(b"{") + body.count(b"[") < MAX_JSON_DEPTH:
-        return  # cannot nest that deep: no walk
+    if body.count(b"{") + body.count(b"[") <= MAX_JSON_DEPTH:
+        return 0  # cannot nest that deep
+    brackets = _STRINGS.sub(b"", body).translate(None, _NOT_BRACKETS)
+    return max(accumulate(map(_STEP.__getitem__, brackets)), default=0)
+
+
+def _refuse_deepest(data: dict[str, Any], free_form: tuple[tuple[str, ...], ...]) -> None:
+    """The 400 for a body nested too deeply, naming the field the first too-deep value is in."""
     pending: list[tuple[Any, int, tuple[str, ...]]] = [(data, 1, ())]
     while pending:
         value, depth, path = pending.pop()
@@ -138,84 +166,128 @@ def _field_of(path: tuple[str, ...], free_form: tuple[tuple[str, ...], ...] = ()
     return path[0] if path else "body"
 
 
-def _has_lone_surrogate(data: object) -> bool:
+# --- validating it ------------------------------------------------------------------------------------------
+
+
+def convert(model: type[ModelT], data: Any, *, at: str = "") -> ModelT:
+    """``data`` (JSON values) as ``model``, or the 400 naming the field at fault; ``at`` is where ``data`` is
+    in the request (``messages.2``), for a part validated on its own."""
     try:
-        json.dumps(data, ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    except RecursionError:
-        return False  # nested too deeply to check here; validation says so
-    return False
+        return msgspec.convert(data, model, strict=True)
+    except msgspec.ValidationError as exc:
+        raise invalid(exc, at, model=model, data=data) from None
 
 
-def _reject_constant(name: str) -> NoReturn:
-    raise ValueError(f"{name} is not a JSON number")
+# msgspec's one error per validation: "<what> - at `$.messages[0].role`" (no location: the object itself).
+_ERROR = re.compile(r"^(?P<what>.*?)(?: - at `\$(?P<where>[^`]*)`)?$", re.DOTALL)
+_STEP_IN_PATH = re.compile(r"\.([^.\[]+)|\[(\d+)\]|\['((?:[^'\\]|\\.)*)'\]|\[\.\.\.\]")
+_UNKNOWN = re.compile(r"^Object contains unknown field `(?P<name>.*)`$", re.DOTALL)
+_MISSING = re.compile(r"^Object missing required field `(?P<name>.*)`$", re.DOTALL)
 
 
-def _reason(exc: BaseException) -> str:
-    if isinstance(exc, json.JSONDecodeError):
-        return f"{exc.msg} at line {exc.lineno} column {exc.colno}"
-    if isinstance(exc, UnicodeDecodeError):
-        return "it is not UTF-8"
-    if isinstance(exc, RecursionError):
-        return "nested too deeply"
-    return str(exc)
+def _dotted(where: str) -> list[str]:
+    """``.messages[0].content['a.b']`` as ``["messages", "0", "content", "a.b"]``."""
+    return [
+        m.group(1) or m.group(2) or m.group(3) or "" for m in _STEP_IN_PATH.finditer(where) if m.group(0) != "[...]"
+    ]
 
 
-def _param(error: ErrorDetails, data: Any) -> str:
-    """The dotted path of the error in the request as sent.
+def check_entries(param: str, entries: dict[str, Any] | None, value_type: Any) -> None:
+    """Each value of the object ``entries`` (the field ``param``) as ``value_type``, or the 400 naming the entry
+    (``metadata.user``). A model types such an object ``dict[str, Any]`` and calls this: msgspec's own error
+    for an entry does not say which key it was at."""
+    for key, value in (entries or {}).items():
+        convert(value_type, value, at=f"{param}.{key}")
 
-    pydantic's location also holds union members (``str``, ``list[...]``) and discriminator tags
-    (``user``); walking the request itself keeps only the keys and indexes the client wrote.
+
+def describe(exc: msgspec.ValidationError) -> tuple[str, list[str], str]:
+    """msgspec's one error as ``(kind, path, text)``: ``unknown`` or ``missing`` with the field's own path (the
+    field's name last), or ``invalid`` with the path of the value at fault and msgspec's words for what is wrong.
+
+    >>> describe(msgspec.ValidationError("Object missing required field `text` - at `$.content[0]`"))
+    ('missing', ['content', '0', 'text'], 'Object missing required field `text`')
     """
-    parts: list[str] = []
-    here: Any = data
-    loc = error["loc"]
-    for i, part in enumerate(loc):
-        if isinstance(part, int) and isinstance(here, list) and 0 <= part < len(here):
-            parts.append(str(part))
-            here = here[part]
-        elif isinstance(part, str) and isinstance(here, Mapping) and part in here:
-            parts.append(part)
-            here = here[part]
-        elif isinstance(part, str) and error["type"] == "missing" and i == len(loc) - 1:
-            parts.append(part)  # a missing field is not in the request: name it all the same
-    if error["type"] in ("union_tag_invalid", "union_tag_not_found"):
-        # The tag itself is at fault (a role or part type no member has): name its field.
-        parts.append(str(error.get("ctx", {}).get("discriminator", "")).strip("'"))
-    return ".".join(parts)
+    found = _ERROR.match(str(exc))
+    assert found is not None  # the pattern matches any text
+    what, path = found["what"], _dotted(found["where"] or "")
+    unknown, missing = _UNKNOWN.match(what), _MISSING.match(what)
+    if unknown is not None:
+        return "unknown", [*path, unknown["name"]], what
+    if missing is not None:
+        return "missing", [*path, missing["name"]], what
+    return "invalid", path, what
 
 
-def invalid(errors: list[ErrorDetails], data: Any) -> APIError:
-    unknown = [_param(error, data) for error in errors if error["type"] == "extra_forbidden"]
-    if unknown:
+def invalid(exc: msgspec.ValidationError, at: str = "", *, model: Any = None, data: Any = None) -> APIError:
+    """The 400 for msgspec's validation error, in OpenAI's words for the kind of fault.
+
+    >>> invalid(msgspec.ValidationError("Object contains unknown field `top_k`")).message
+    'Unrecognized request argument supplied: top_k'
+    >>> invalid(msgspec.ValidationError("Invalid value 'robot' - at `$.messages[0].role`")).param
+    'messages.0.role'
+    """
+    kind, steps, what = describe(exc)
+    param = ".".join([at, *steps] if at else steps)
+    if kind == "unknown":
         # OpenAI's own words for a field it does not define.
-        name = min(unknown, key=lambda p: (p.count("."), p))
         return APIError.invalid_request(
-            f"Unrecognized request argument supplied: {name}", param=name, code="unknown_parameter"
+            f"Unrecognized request argument supplied: {param}", param=param, code="unknown_parameter"
         )
-    # The deepest location is the most specific: for a list of content parts with a bad part it is the
-    # part's field, not "content should be a string" from the other member of the union.
-    param = max((_param(error, data) for error in errors), key=lambda p: p.count(".") + bool(p))
-    here = [error for error in errors if _param(error, data) == param]
-    if any(error["type"] == "missing" for error in here):
+    if kind == "missing":
         return APIError.invalid_request(
             f"Missing required parameter: '{param}'.", param=param, code="missing_required_parameter"
         )
-    reasons: list[str] = []
-    for error in here:
-        reason = error["msg"].removeprefix("Value error, ")
-        if reasons:
-            reason = reason[:1].lower() + reason[1:]
-        if reason not in reasons:
-            reasons.append(reason)
-    code = "invalid_type" if all(error["type"].endswith("_type") for error in here) else "invalid_value"
-    return APIError.invalid_request(
-        f"Invalid value for '{param or 'body'}': {' or '.join(reasons)}.", param=param or None, code=code
-    )
+    code = "invalid_type" if what.startswith("Expected `") and ", got `" in what else "invalid_value"
+    if what.startswith(("Invalid value ", "Invalid enum value ")) and model is not None:
+        choices = _expected(model, data, steps)
+        if choices:
+            what += "; expected one of " + ", ".join(f"'{c}'" for c in choices)
+    return APIError.invalid_request(f"Invalid value for '{param or 'body'}': {what}.", param=param or None, code=code)
 
 
-def check_max_tokens(request: OpenAIRequest, name: str, limit: int | None) -> None:
+def _expected(model: Any, data: Any, path: list[str]) -> tuple[str, ...]:
+    """The values ``model`` takes at ``path`` in ``data``: a union's tags (``role``, ``type``) or a Literal's.
+    Only an error's message needs them: msgspec names the value it refused, not those it would take."""
+    import msgspec.inspect as inspect  # on the error path only
+
+    info: Any = inspect.type_info(model)
+    here = data
+    for n, step in enumerate(path):
+        members = info.types if isinstance(info, inspect.UnionType) else (info,)
+        structs = [m for m in members if isinstance(m, inspect.StructType)]
+        if isinstance(here, dict) and structs:
+            tag_field = structs[0].tag_field
+            if tag_field is not None and step == tag_field and n == len(path) - 1:
+                return tuple(str(m.tag) for m in structs)
+            struct = next((m for m in structs if tag_field is None or m.tag == here.get(tag_field)), None)
+            field = next((f for f in struct.fields if f.encode_name == step), None) if struct else None
+            if field is None:
+                return ()
+            info, here = field.type, here.get(step)
+        elif isinstance(here, dict):
+            mapping = next((m for m in members if isinstance(m, inspect.DictType)), None)
+            if mapping is None:
+                return ()
+            info, here = mapping.value_type, here.get(step)
+        elif isinstance(here, list) and step.isdigit() and int(step) < len(here):
+            items = next((m for m in members if isinstance(m, inspect.ListType)), None)
+            if items is None:
+                return ()
+            info, here = items.item_type, here[int(step)]
+        else:
+            return ()
+    members = info.types if isinstance(info, inspect.UnionType) else (info,)
+    return tuple(str(v) for m in members if isinstance(m, inspect.LiteralType) for v in m.values)
+
+
+class _Limited(Protocol):
+    @property
+    def effective_max_tokens(self) -> int | None: ...
+
+    def prompt_chars(self) -> int: ...
+
+
+def check_max_tokens(request: _Limited, name: str, limit: int | None) -> None:
     wanted = request.effective_max_tokens
     if limit is not None and wanted is not None and wanted > limit:
         raise APIError.invalid_request(
@@ -225,7 +297,7 @@ def check_max_tokens(request: OpenAIRequest, name: str, limit: int | None) -> No
         )
 
 
-def check_prompt_size(request: OpenAIRequest, name: str, limit: int | None) -> None:
+def check_prompt_size(request: _Limited, name: str, limit: int | None) -> None:
     size = request.prompt_chars()
     if limit is not None and size > limit:
         raise APIError.invalid_request(

@@ -21,12 +21,14 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn
 
-from pydantic import ConfigDict, Field, ValidationError
+import msgspec
+import msgspec.structs
+from msgspec import Meta
 
 from sagestream.errors import APIError
 from sagestream.protocols._api import Parsed, in_client_terms
-from sagestream.protocols._requests import StrictModel, read_object
-from sagestream.protocols.openai.request import parse_chat
+from sagestream.protocols._requests import Strict, Tagged, describe, read_object
+from sagestream.protocols.openai.request import chat_request
 
 if TYPE_CHECKING:
     from sagestream.config import Config
@@ -43,40 +45,37 @@ _NOT_HERE = {
 }
 
 
-class CacheControl(StrictModel):
+class CacheControl(Strict):
     type: Literal["ephemeral"]
     ttl: Literal["5m", "1h"] | None = None
 
 
-class Metadata(StrictModel):
+class Metadata(Strict):
     user_id: str | None = None
 
 
-class _OutputFormat(StrictModel):
+class _OutputFormat(Strict):
     type: Literal["json_schema"]
-    # "schema" is a BaseModel attribute too; the alias keeps the wire name.
-    json_schema: dict[str, Any] = Field(alias="schema")
-
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True, populate_by_name=True)
+    json_schema: dict[str, Any] = msgspec.field(name="schema")
 
 
-class OutputConfig(StrictModel):
+class OutputConfig(Strict):
     effort: Literal["low", "medium", "high", "xhigh", "max"] | None = None
     format: _OutputFormat | None = None
 
 
-class MessagesRequest(StrictModel):
+class MessagesRequest(Strict, kw_only=True):
     """``MessageCreateParams``, field by field; blocks, tools, tool choice and thinking are read on translation."""
 
     model: str | None = None
-    max_tokens: Annotated[int, Field(ge=1)]
+    max_tokens: Annotated[int, Meta(ge=1)]
     messages: list[dict[str, Any]]
     system: str | list[dict[str, Any]] | None = None
     stop_sequences: list[str] | None = None
     stream: bool | None = None
-    temperature: Annotated[float, Field(ge=0, le=1)] | None = None
-    top_p: Annotated[float, Field(ge=0, le=1)] | None = None
-    top_k: Annotated[int, Field(ge=0)] | None = None
+    temperature: Annotated[float, Meta(ge=0, le=1)] | None = None
+    top_p: Annotated[float, Meta(ge=0, le=1)] | None = None
+    top_k: Annotated[int, Meta(ge=0)] | None = None
     tools: list[dict[str, Any]] | None = None
     tool_choice: dict[str, Any] | None = None
     thinking: dict[str, Any] | None = None
@@ -96,37 +95,34 @@ class MessagesRequest(StrictModel):
 # --- blocks ---------------------------------------------------------------------------------------------
 
 
-class TextBlock(StrictModel):
+class TextBlock(Strict):
     type: Literal["text"]
     text: str
     cache_control: CacheControl | None = None
     citations: list[dict[str, Any]] | None = None
 
 
-class _Base64Source(StrictModel):
-    type: Literal["base64"]
+class _Base64Source(Tagged, tag="base64"):
     media_type: Literal["image/jpeg", "image/png", "image/gif", "image/webp"]
     data: str
 
 
-class _URLSource(StrictModel):
-    type: Literal["url"]
+class _URLSource(Tagged, tag="url"):
     url: str
 
 
-class _FileSource(StrictModel):
-    type: Literal["file"]
+class _FileSource(Tagged, tag="file"):
     file_id: str
 
 
-class ImageBlock(StrictModel):
+class ImageBlock(Strict):
     type: Literal["image"]
-    source: Annotated[_Base64Source | _URLSource | _FileSource, Field(discriminator="type")]
+    source: _Base64Source | _URLSource | _FileSource
     cache_control: CacheControl | None = None
     transformations: dict[str, Any] | None = None
 
 
-class ToolUseBlock(StrictModel):
+class ToolUseBlock(Strict):
     type: Literal["tool_use"]
     id: str
     name: str
@@ -136,7 +132,7 @@ class ToolUseBlock(StrictModel):
     toolset_name: str | None = None
 
 
-class ToolResultBlock(StrictModel):
+class ToolResultBlock(Strict):
     type: Literal["tool_result"]
     tool_use_id: str
     content: str | list[dict[str, Any]] | None = None
@@ -145,13 +141,13 @@ class ToolResultBlock(StrictModel):
     toolset_name: str | None = None
 
 
-class ThinkingBlock(StrictModel):
+class ThinkingBlock(Strict):
     type: Literal["thinking"]
     thinking: str
     signature: str
 
 
-_BLOCKS: dict[str, type[StrictModel]] = {
+_BLOCKS: dict[str, type[Strict]] = {
     "text": TextBlock,
     "image": ImageBlock,
     "tool_use": ToolUseBlock,
@@ -160,7 +156,7 @@ _BLOCKS: dict[str, type[StrictModel]] = {
 }
 
 
-class Tool(StrictModel):
+class Tool(Strict):
     name: str
     input_schema: dict[str, Any]
     description: str | None = None
@@ -173,55 +169,51 @@ class Tool(StrictModel):
     input_examples: list[dict[str, Any]] | None = None
 
 
-class _ToolChoiceAuto(StrictModel):
-    type: Literal["auto"]
+class _ToolChoiceAuto(Tagged, tag="auto"):
     disable_parallel_tool_use: bool | None = None
 
 
-class _ToolChoiceAny(StrictModel):
-    type: Literal["any"]
+class _ToolChoiceAny(Tagged, tag="any"):
     disable_parallel_tool_use: bool | None = None
 
 
-class _ToolChoiceTool(StrictModel):
-    type: Literal["tool"]
+class _ToolChoiceTool(Tagged, tag="tool"):
     name: str
     disable_parallel_tool_use: bool | None = None
 
 
-class _ToolChoiceNone(StrictModel):
-    type: Literal["none"]
+class _ToolChoiceNone(Tagged, tag="none"):
+    pass
 
 
 _ToolChoices = _ToolChoiceAuto | _ToolChoiceAny | _ToolChoiceTool | _ToolChoiceNone
 
 
-class ToolChoice(StrictModel):
-    tool_choice: Annotated[_ToolChoices, Field(discriminator="type")]
+class ToolChoice(Strict):
+    tool_choice: _ToolChoices
 
 
-class Thinking(StrictModel):
+class Thinking(Strict):
     type: Literal["enabled", "disabled", "adaptive", "between_tools"]
-    budget_tokens: Annotated[int, Field(ge=1024)] | None = None
+    budget_tokens: Annotated[int, Meta(ge=1024)] | None = None
     # summarized and updates: display choices a container has no switch for; the thoughts are streamed whole
     # as the container writes them (a documented no-op). omitted: honoured, the thoughts are left out.
     display: Literal["summarized", "omitted", "updates"] | None = None
 
 
-class _KeepTurns(StrictModel):
-    type: Literal["thinking_turns"]
-    value: Annotated[int, Field(ge=0)]
+class _KeepTurns(Tagged, tag="thinking_turns"):
+    value: Annotated[int, Meta(ge=0)]
 
 
-class _KeepAll(StrictModel):
-    type: Literal["all"]
+class _KeepAll(Tagged, tag="all"):
+    pass
 
 
-class ClearThinking(StrictModel):
+class ClearThinking(Strict):
     """``context_management.edits[]`` of type ``clear_thinking_20251015``: older turns' thinking removed."""
 
     type: Literal["clear_thinking_20251015"]
-    keep: Annotated[_KeepTurns | _KeepAll, Field(discriminator="type")] | Literal["all"] | None = None
+    keep: _KeepTurns | _KeepAll | Literal["all"] | None = None
 
 
 # --- errors ---------------------------------------------------------------------------------------------
@@ -246,39 +238,18 @@ def _refuse(path: str, reason: str) -> NoReturn:
     raise APIError.invalid_request(f"'{path}' is not supported by this endpoint: {reason}.", param=path)
 
 
-def _validated(model: type[StrictModel], data: Any, path: str) -> Any:
+def _validated(model: type[Strict], data: Any, path: str) -> Any:
     """``data`` as ``model``, or a 400 naming the field at fault under ``path``, in Anthropic's words."""
     try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        error = exc.errors(include_url=False, include_input=False)[0]
-        where = ".".join(p for p in (path, _sent_path(error["loc"], data, error["type"] == "missing")) if p)
-        if error["type"] == "extra_forbidden":
+        return msgspec.convert(data, model, strict=True)
+    except msgspec.ValidationError as exc:
+        kind, steps, what = describe(exc)
+        where = ".".join([path, *steps] if path else steps)
+        if kind == "unknown":
             raise APIError.invalid_request(f"{where}: Extra inputs are not permitted", param=where) from None
-        if error["type"] == "missing":
+        if kind == "missing":
             raise APIError.invalid_request(f"{where}: Field required", param=where) from None
-        raise APIError.invalid_request(f"{where}: {error['msg']}", param=where) from None
-
-
-def _sent_path(loc: tuple[int | str, ...], data: Any, missing: bool) -> str:
-    """The keys and indexes of ``loc`` that are in the request as sent: pydantic's location also names union
-    members (``str``) and discriminator tags, which are not fields.
-
-    >>> _sent_path(("source", "url", "url"), {"source": {"type": "url", "url": 3}}, False)
-    'source.url'
-    """
-    parts: list[str] = []
-    here = data
-    for n, part in enumerate(loc):
-        if isinstance(here, dict) and here.get("type") == part and n + 1 < len(loc) and loc[n + 1] in here:
-            continue  # a tagged union's tag (an image source's "url"), not a field: the next part is the field
-        in_list = isinstance(here, list) and isinstance(part, int) and 0 <= part < len(here)
-        if in_list or (isinstance(here, dict) and part in here):
-            parts.append(str(part))
-            here = here[part]
-        elif missing and n == len(loc) - 1:
-            parts.append(str(part))  # a missing field is not in the request: name it all the same
-    return ".".join(parts)
+        raise APIError.invalid_request(f"{where}: {what}", param=where or None) from None
 
 
 # --- translation ----------------------------------------------------------------------------------------
@@ -331,14 +302,14 @@ def _tool_result(block: ToolResultBlock, path: str) -> dict[str, Any]:
     return {"role": "tool", "tool_call_id": block.tool_use_id, "content": text}
 
 
-def _block(raw: Any, path: str, role: str) -> StrictModel:
+def _block(raw: Any, path: str, role: str) -> Strict:
     kind = raw.get("type") if isinstance(raw, dict) else None
     model = _BLOCKS.get(kind) if isinstance(kind, str) else None
     if model is None:
         if not isinstance(kind, str):
             raise APIError.invalid_request(f"{path}.type: Field required", param=f"{path}.type")
         _refuse(f"{path}", f"'{kind}' blocks are not carried to the model container")
-    block: StrictModel = _validated(model, raw, path)
+    block: Strict = _validated(model, raw, path)
     wrong = {"user": ("tool_use", "thinking"), "assistant": ("tool_result",)}.get(role, ())
     if kind in wrong:
         raise APIError.invalid_request(f"{path}: a '{kind}' block cannot be in a {role} turn.", param=path)
@@ -561,7 +532,7 @@ def _clear_thinking(request: MessagesRequest) -> MessagesRequest:
             {**m, "content": [b for b in m["content"] if not _is_thinking(b)]} if i in cleared else m
             for i, m in enumerate(messages)
         ]
-    return request.model_copy(update={"messages": messages})
+    return msgspec.structs.replace(request, messages=messages)
 
 
 def _is_thinking(block: Any) -> bool:
@@ -654,12 +625,7 @@ def parse(data: dict[str, Any], cfg: Config, *, counting: bool = False) -> Parse
     body, names, noops = translate(request, cfg, counting=counting)
     extra = frozenset(k for k in ("top_k", "thinking_token_budget") if k in body)
     try:
-        chat = parse_chat(
-            json.dumps(body, ensure_ascii=False).encode(),
-            max_tokens_limit=cfg.max_tokens_limit,
-            extra_fields=extra,
-            max_prompt_chars=cfg.max_prompt_chars,
-        )
+        chat = chat_request(body, cfg.max_tokens_limit, extra, cfg.max_prompt_chars)
     except APIError as err:
         raise in_client_terms(err, names) from None
     return Parsed(chat, request, names, noops=tuple(noops))

@@ -1,4 +1,4 @@
-"""The OpenAI requests the relay accepts, validated into pydantic models before anything is sent upstream.
+"""The OpenAI requests the relay accepts, validated into msgspec Structs before anything is sent upstream.
 
 The models mirror the openai SDK's request types (``openai.types.chat.completion_create_params`` and
 ``openai.types.completion_create_params``) field for field: a request an SDK can build parses here, and a
@@ -46,17 +46,19 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import Annotated, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
-from pydantic import ConfigDict, Field, PrivateAttr, ValidationError, ValidationInfo, field_validator
+import msgspec
+from msgspec import Meta
 
 from sagestream.errors import APIError
 from sagestream.protocols._requests import (
-    RelayedObject,
-    StrictModel,
+    Strict,
+    Tagged,
+    check_entries,
     check_max_tokens,
     check_prompt_size,
-    invalid,
+    convert,
     read_object,
 )
 
@@ -75,6 +77,8 @@ __all__ = [
     "StreamOptions",
     "TextPart",
     "ToolCall",
+    "chat_from",
+    "chat_request",
     "parse_chat",
     "parse_completion",
 ]
@@ -84,86 +88,86 @@ MAX_STOP_STRINGS = 4
 MAX_STOP_CHARS = 256
 """Each stop string is matched against the text at every step; a long one costs the container on each token."""
 
+# An object the relay passes on without reading inside it (OpenAI-platform options, JSON Schemas).
+Relayed = dict[str, Any]
 
-class CacheBreakpoint(StrictModel):
+
+class CacheBreakpoint(Strict):
     mode: Literal["explicit"]
     ttl: Literal["30m", "12h"] | None = None
 
 
-class TextPart(StrictModel):
-    type: Literal["text"]
+class TextPart(Tagged, tag="text"):
     text: str
     prompt_cache_breakpoint: CacheBreakpoint | None = None
 
 
-class _ImageURL(StrictModel):
+class _ImageURL(Strict):
     url: str
     detail: Literal["auto", "low", "high", "original"] | None = None
 
 
-class ImagePart(StrictModel):
-    type: Literal["image_url"]
+class ImagePart(Tagged, tag="image_url"):
     image_url: _ImageURL
     prompt_cache_breakpoint: CacheBreakpoint | None = None
 
 
-class _InputAudio(StrictModel):
+class _InputAudio(Strict):
     data: str
     format: Literal["wav", "mp3"]
 
 
-class AudioPart(StrictModel):
-    type: Literal["input_audio"]
+class AudioPart(Tagged, tag="input_audio"):
     input_audio: _InputAudio
     prompt_cache_breakpoint: CacheBreakpoint | None = None
 
 
-class _File(StrictModel):
+class _File(Strict):
     file_data: str | None = None
     file_id: str | None = None
     filename: str | None = None
 
 
-class FilePart(StrictModel):
-    type: Literal["file"]
+class FilePart(Tagged, tag="file"):
     file: _File
     prompt_cache_breakpoint: CacheBreakpoint | None = None
 
 
-class RefusalPart(StrictModel):
-    type: Literal["refusal"]
+class RefusalPart(Tagged, tag="refusal"):
     refusal: str
 
 
-ContentPart = Annotated[TextPart | ImagePart | AudioPart | FilePart | RefusalPart, Field(discriminator="type")]
+ContentPart = TextPart | ImagePart | AudioPart | FilePart | RefusalPart
 
 
-class _FunctionCall(StrictModel):
+class _FunctionCall(Strict):
     name: str
     arguments: str
 
 
-class ToolCall(StrictModel):
+class ToolCall(Tagged, tag="function"):
     """An assistant turn's call, as the client sends the history back."""
 
     id: str
-    type: Literal["function"]
     function: _FunctionCall
 
 
-class _CustomCall(StrictModel):
+class _CustomCall(Strict):
     name: str
     input: str
 
 
-class CustomToolCall(StrictModel):
+class CustomToolCall(Tagged, tag="custom"):
     id: str
-    type: Literal["custom"]
     custom: _CustomCall
 
 
-class _Message(StrictModel):
-    """What every message has: a role and content (a string, content parts or, for some, none)."""
+class _Message(Strict, tag_field="role"):
+    """What every message has: a role (its tag) and content (a string, content parts or, for some, none)."""
+
+    @property
+    def role(self) -> str:
+        return str(self.__struct_config__.tag)
 
     @property
     def _content(self) -> str | list[Any] | None:
@@ -186,29 +190,30 @@ class _Message(StrictModel):
         return not isinstance(content, list) or all(isinstance(p, TextPart) for p in content)
 
 
-class SystemMessage(_Message):
-    role: Literal["system", "developer"]
+class SystemMessage(_Message, tag="system"):
     content: str | list[TextPart]
     name: str | None = None
 
 
-class UserMessage(_Message):
-    role: Literal["user"]
+class DeveloperMessage(SystemMessage, tag="developer"):
+    """OpenAI's newer name for a system message."""
+
+
+class UserMessage(_Message, tag="user"):
     content: str | list[ContentPart]
     name: str | None = None
 
 
-class _AudioRef(StrictModel):
+class _AudioRef(Strict):
     id: str
 
 
-class AssistantMessage(_Message):
-    role: Literal["assistant"]
+class AssistantMessage(_Message, tag="assistant"):
     # None is what SDKs send back for an assistant turn that only called tools.
     content: str | list[ContentPart] | None = None
     name: str | None = None
     refusal: str | None = None
-    tool_calls: list[Annotated[ToolCall | CustomToolCall, Field(discriminator="type")]] | None = None
+    tool_calls: list[ToolCall | CustomToolCall] | None = None
     function_call: _FunctionCall | None = None
     audio: _AudioRef | None = None
     # What a reasoning model thought, sent back by clients that keep it (vLLM's and DeepSeek's names).
@@ -216,152 +221,126 @@ class AssistantMessage(_Message):
     reasoning: str | None = None
 
 
-class ToolMessage(_Message):
-    role: Literal["tool"]
+class ToolMessage(_Message, tag="tool"):
     content: str | list[TextPart]
     tool_call_id: str
 
 
-class FunctionMessage(_Message):
-    role: Literal["function"]
+class FunctionMessage(_Message, tag="function"):
     content: str | None
     name: str
 
 
-ChatMessage = Annotated[
-    SystemMessage | UserMessage | AssistantMessage | ToolMessage | FunctionMessage, Field(discriminator="role")
-]
+ChatMessage = SystemMessage | DeveloperMessage | UserMessage | AssistantMessage | ToolMessage | FunctionMessage
 
 
-class _FunctionDefinition(StrictModel):
+class _FunctionDefinition(Strict):
     name: str
     description: str | None = None
     parameters: dict[str, Any] | None = None
     strict: bool | None = None
 
 
-class FunctionTool(StrictModel):
-    type: Literal["function"]
+class FunctionTool(Tagged, tag="function"):
     function: _FunctionDefinition
 
 
-class CustomTool(StrictModel):
-    type: Literal["custom"]
-    custom: RelayedObject
+class CustomTool(Tagged, tag="custom"):
+    custom: Relayed
 
 
-class _NamedFunction(StrictModel):
+class _NamedFunction(Strict):
     name: str
 
 
-class NamedToolChoice(StrictModel):
-    type: Literal["function"]
+class NamedToolChoice(Tagged, tag="function"):
     function: _NamedFunction
 
 
-class _NamedCustom(StrictModel):
+class _NamedCustom(Strict):
     name: str
 
 
-class NamedCustomToolChoice(StrictModel):
-    type: Literal["custom"]
+class NamedCustomToolChoice(Tagged, tag="custom"):
     custom: _NamedCustom
 
 
-class AllowedToolsChoice(StrictModel):
-    type: Literal["allowed_tools"]
-    allowed_tools: RelayedObject
+class AllowedToolsChoice(Tagged, tag="allowed_tools"):
+    allowed_tools: Relayed
 
 
-ToolChoice = (
-    Literal["none", "auto", "required"]
-    | Annotated[NamedToolChoice | NamedCustomToolChoice | AllowedToolsChoice, Field(discriminator="type")]
-)
+ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice | NamedCustomToolChoice | AllowedToolsChoice
 
 
-class _JSONSchema(StrictModel):
+class _JSONSchema(Strict):
     name: str
     description: str | None = None
-    # "schema" is also a BaseModel attribute; the alias keeps the wire name.
-    json_schema: dict[str, Any] | None = Field(default=None, alias="schema")
+    json_schema: dict[str, Any] | None = msgspec.field(default=None, name="schema")
     strict: bool | None = None
 
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True, populate_by_name=True)
+
+class ResponseFormatText(Tagged, tag="text"):
+    pass
 
 
-class ResponseFormatText(StrictModel):
-    type: Literal["text"]
+class ResponseFormatJSONObject(Tagged, tag="json_object"):
+    pass
 
 
-class ResponseFormatJSONObject(StrictModel):
-    type: Literal["json_object"]
-
-
-class ResponseFormatJSONSchema(StrictModel):
-    type: Literal["json_schema"]
+class ResponseFormatJSONSchema(Tagged, tag="json_schema"):
     json_schema: _JSONSchema
 
 
-ResponseFormat = Annotated[
-    ResponseFormatText | ResponseFormatJSONObject | ResponseFormatJSONSchema, Field(discriminator="type")
-]
+ResponseFormat = ResponseFormatText | ResponseFormatJSONObject | ResponseFormatJSONSchema
 
 
-class StreamOptions(StrictModel):
+class StreamOptions(Strict):
     include_usage: bool | None = None
     include_obfuscation: bool | None = None
 
 
-class _LegacyFunction(StrictModel):
+class _LegacyFunction(Strict):
     name: str
     description: str | None = None
     parameters: dict[str, Any] | None = None
 
 
-class OpenAIRequest(StrictModel):
-    """The fields both endpoints share, with OpenAI's ranges."""
+StopString = Annotated[str, Meta(max_length=MAX_STOP_CHARS)]
+MetadataValue = Annotated[str, Meta(max_length=512)]
+Bias = Annotated[int, Meta(ge=-100, le=100)]
+Penalty = Annotated[float, Meta(ge=-2, le=2)]
+
+
+class OpenAIRequest(Strict, dict=True, kw_only=True):
+    """The fields both endpoints share, with OpenAI's ranges.
+
+    ``dict=True``: a request also carries what the parse kept beside its fields (``_sent``, the body's own
+    values; ``_vendor_fields``), which are not request fields. ``kw_only``: a subclass's required fields
+    (``messages``, ``prompt``) follow these optional ones."""
 
     model: str | None = None
-    max_tokens: Annotated[int, Field(ge=1)] | None = None
-    temperature: Annotated[float, Field(ge=0, le=2)] | None = None
-    top_p: Annotated[float, Field(ge=0, le=1)] | None = None
-    stop: (
-        Annotated[str, Field(max_length=MAX_STOP_CHARS)]
-        | Annotated[list[Annotated[str, Field(max_length=MAX_STOP_CHARS)]], Field(max_length=MAX_STOP_STRINGS)]
-        | None
-    ) = None
+    max_tokens: Annotated[int, Meta(ge=1)] | None = None
+    temperature: Annotated[float, Meta(ge=0, le=2)] | None = None
+    top_p: Annotated[float, Meta(ge=0, le=1)] | None = None
+    stop: StopString | Annotated[list[StopString], Meta(max_length=MAX_STOP_STRINGS)] | None = None
     stream: bool | None = False
     stream_options: StreamOptions | None = None
     seed: int | None = None
     user: str | None = None
     n: int | None = None
-    presence_penalty: Annotated[float, Field(ge=-2, le=2)] | None = None
-    frequency_penalty: Annotated[float, Field(ge=-2, le=2)] | None = None
-    # Token id (as a JSON object key) -> bias; OpenAI's range.
-    logit_bias: dict[str, Annotated[int, Field(ge=-100, le=100)]] | None = None
+    presence_penalty: Penalty | None = None
+    frequency_penalty: Penalty | None = None
+    # Token id (as a JSON object key) -> bias; OpenAI's range (checked entry by entry, to name the entry).
+    logit_bias: dict[str, Any] | None = None
 
-    _vendor_fields: dict[str, Any] = PrivateAttr(default_factory=dict)
-
-    @field_validator("stream_options")
-    @classmethod
-    def _only_when_streaming(cls, options: StreamOptions | None, info: ValidationInfo) -> StreamOptions | None:
-        # As OpenAI: it shapes a stream, so without one it would be dropped without a word.
-        if options is not None and info.data.get("stream") is not True:
-            raise ValueError("'stream_options' is only allowed when 'stream' is true")
-        return options
-
-    @field_validator("n")
-    @classmethod
-    def _one_choice(cls, n: int | None) -> int | None:
-        # One choice per answer is what the relay carries: each delta is the first choice's.
-        if n is not None and n != 1:
-            raise ValueError("only n=1 is supported")
-        return n
+    if TYPE_CHECKING:  # set by the parse beside the fields (dict=True), not fields themselves
+        _sent: dict[str, Any]
+        _vendor_fields: dict[str, Any]
 
     @property
     def vendor_fields(self) -> dict[str, Any]:
         """The ``EXTRA_REQUEST_FIELDS`` the client sent, as sent."""
-        return dict(self._vendor_fields)
+        return dict(getattr(self, "_vendor_fields", {}))
 
     @property
     def effective_max_tokens(self) -> int | None:
@@ -379,12 +358,26 @@ class OpenAIRequest(StrictModel):
         return bool(self.stream) and self.stream_options is not None and bool(self.stream_options.include_usage)
 
     def sent(self) -> dict[str, Any]:
-        """The fields the client sent with a value (not null), as JSON values under their wire names."""
-        data = self.model_dump(mode="json", exclude_unset=True, by_alias=True)
-        return {key: value for key, value in data.items() if value is not None}
+        """The fields the client sent with a value (not null), as the JSON values it sent."""
+        sent: dict[str, Any] = getattr(self, "_sent", None) or msgspec.to_builtins(self)
+        return {key: value for key, value in sent.items() if value is not None}
 
     def prompt_chars(self) -> int:
         raise NotImplementedError
+
+    def _check(self) -> None:
+        """What one field's type cannot say: the rules between fields, as OpenAI states them."""
+        if self.stream_options is not None and self.stream is not True:
+            # As OpenAI: it shapes a stream, so without one it would be dropped without a word.
+            _invalid_value("stream_options", "'stream_options' is only allowed when 'stream' is true")
+        if self.n is not None and self.n != 1:
+            # One choice per answer is what the relay carries: each delta is the first choice's.
+            _invalid_value("n", "only n=1 is supported")
+        check_entries("logit_bias", self.logit_bias, Bias)
+
+
+def _invalid_value(param: str, reason: str) -> None:
+    raise APIError.invalid_request(f"Invalid value for '{param}': {reason}.", param=param, code="invalid_value")
 
 
 # The SDK's Literal values for the OpenAI-platform options; anything else is refused as OpenAI refuses it.
@@ -394,41 +387,47 @@ ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "
 class ChatCompletionRequest(OpenAIRequest):
     messages: list[ChatMessage]
     # OpenAI's newer name for max_tokens; when both are sent it wins, as it does at OpenAI.
-    max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
-    tools: list[Annotated[FunctionTool | CustomTool, Field(discriminator="type")]] | None = None
+    max_completion_tokens: Annotated[int, Meta(ge=1)] | None = None
+    tools: list[FunctionTool | CustomTool] | None = None
     tool_choice: ToolChoice | None = None
     parallel_tool_calls: bool | None = None
     functions: list[_LegacyFunction] | None = None
     function_call: Literal["none", "auto"] | _NamedFunction | None = None
     response_format: ResponseFormat | None = None
     logprobs: bool | None = None
-    top_logprobs: Annotated[int, Field(ge=0, le=20)] | None = None
+    top_logprobs: Annotated[int, Meta(ge=0, le=20)] | None = None
     reasoning_effort: ReasoningEffort | None = None
-    metadata: dict[str, Annotated[str, Field(max_length=512)]] | None = None
+    metadata: dict[str, Any] | None = None  # each value a MetadataValue (checked entry by entry)
     store: bool | None = None
-    audio: RelayedObject | None = None
+    audio: Relayed | None = None
     modalities: list[Literal["text", "audio"]] | None = None
-    moderation: RelayedObject | None = None
-    prediction: RelayedObject | None = None
+    moderation: Relayed | None = None
+    prediction: Relayed | None = None
     prompt_cache_key: str | None = None
-    prompt_cache_options: RelayedObject | None = None
+    prompt_cache_options: Relayed | None = None
     prompt_cache_retention: Literal["in_memory", "24h"] | None = None
     safety_identifier: str | None = None
     service_tier: Literal["auto", "default", "flex", "scale", "priority", "fast"] | None = None
     verbosity: Literal["low", "medium", "high"] | None = None
-    web_search_options: RelayedObject | None = None
+    web_search_options: Relayed | None = None
 
-    @field_validator("top_logprobs")
-    @classmethod
-    def _with_logprobs(cls, top: int | None, info: ValidationInfo) -> int | None:
-        # As OpenAI: top_logprobs is a detail of logprobs, not a way to ask for them.
-        if top and info.data.get("logprobs") is not True:
-            raise ValueError("'logprobs' must be true when 'top_logprobs' is set")
-        return top
+    def _check(self) -> None:
+        super()._check()
+        check_entries("metadata", self.metadata, MetadataValue)
+        if self.top_logprobs and self.logprobs is not True:
+            # As OpenAI: top_logprobs is a detail of logprobs, not a way to ask for them.
+            _invalid_value("top_logprobs", "'logprobs' must be true when 'top_logprobs' is set")
 
     @property
     def effective_max_tokens(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+
+    def sent_messages(self) -> list[dict[str, Any]]:
+        """Each message as the client sent it (its JSON values, nulls included)."""
+        sent = getattr(self, "_sent", None)
+        if sent is not None:
+            return list(sent["messages"])
+        return [msgspec.to_builtins(message) for message in self.messages]
 
     def plain_messages(self) -> list[tuple[str, str]]:
         """``(role, text)`` pairs for a prompt template.
@@ -448,21 +447,20 @@ class ChatCompletionRequest(OpenAIRequest):
 
 class CompletionRequest(OpenAIRequest):
     # LangChain's OpenAI LLM sends a one-element list; token-id prompts are not text a template can carry.
-    prompt: str | Annotated[list[str], Field(min_length=1)]
+    prompt: str | Annotated[list[str], Meta(min_length=1)]
     best_of: int | None = None
     echo: bool | None = None
-    logprobs: Annotated[int, Field(ge=0, le=5)] | None = None
+    logprobs: Annotated[int, Meta(ge=0, le=5)] | None = None
     suffix: str | None = None
 
-    @field_validator("prompt")
-    @classmethod
-    def _one_prompt(cls, prompt: str | list[str]) -> str | list[str]:
-        if isinstance(prompt, list) and len(prompt) > 1:
-            raise ValueError(
-                f"{len(prompt)} prompts were sent; this endpoint completes one prompt per request "
-                "(send a string or a one-element list)"
+    def _check(self) -> None:
+        super()._check()
+        if isinstance(self.prompt, list) and len(self.prompt) > 1:
+            _invalid_value(
+                "prompt",
+                f"{len(self.prompt)} prompts were sent; this endpoint completes one prompt per request "
+                "(send a string or a one-element list)",
             )
-        return prompt
 
     @property
     def prompt_text(self) -> str:
@@ -480,7 +478,17 @@ def parse_chat(
     max_prompt_chars: int | None = None,
 ) -> ChatCompletionRequest:
     """A ``/v1/chat/completions`` body as a request, or a 400 :class:`APIError` saying what is wrong."""
-    request = parse_model(ChatCompletionRequest, body, extra_fields)
+    return chat_request(read_object(body, _FREE_FORM), max_tokens_limit, extra_fields, max_prompt_chars)
+
+
+def chat_request(
+    data: dict[str, Any],
+    max_tokens_limit: int | None,
+    extra_fields: Collection[str] = frozenset(),
+    max_prompt_chars: int | None = None,
+) -> ChatCompletionRequest:
+    """A chat request from its JSON object (read from a body, or translated from another protocol's)."""
+    request = _validated(ChatCompletionRequest, data, extra_fields)
     if not request.messages:
         raise APIError.invalid_request("'messages' must contain at least one message.", param="messages")
     name = "max_completion_tokens" if request.max_completion_tokens is not None else "max_tokens"
@@ -524,7 +532,7 @@ def _check_tool_choice(request: ChatCompletionRequest) -> None:
         names = {tool.function.name for tool in tools if isinstance(tool, FunctionTool)}
         kind, name = "function", choice.function.name
     elif isinstance(choice, NamedCustomToolChoice):
-        names = {str(getattr(tool.custom, "name", "")) for tool in tools if isinstance(tool, CustomTool)}
+        names = {str(tool.custom.get("name", "")) for tool in tools if isinstance(tool, CustomTool)}
         kind, name = "custom tool", choice.custom.name
     else:
         return  # "required": any of the tools
@@ -544,7 +552,7 @@ def parse_completion(
     max_prompt_chars: int | None = None,
 ) -> CompletionRequest:
     """A ``/v1/completions`` body as a request, or a 400 :class:`APIError` saying what is wrong."""
-    request = parse_model(CompletionRequest, body, extra_fields)
+    request = _validated(CompletionRequest, read_object(body, _FREE_FORM), extra_fields)
     check_max_tokens(request, "max_tokens", max_tokens_limit)
     check_prompt_size(request, "prompt", max_prompt_chars)
     return request
@@ -564,15 +572,17 @@ _FREE_FORM = (
 _RequestT = TypeVar("_RequestT", bound=OpenAIRequest)
 
 
-def parse_model(model: type[_RequestT], body: bytes, extra_fields: Collection[str]) -> _RequestT:
-    data = read_object(body, _FREE_FORM)
+def _validated(model: type[_RequestT], data: dict[str, Any], extra_fields: Collection[str]) -> _RequestT:
     # A vendor extra is one the deployment allows and OpenAI's request does not define.
-    vendor = {key: data.pop(key) for key in list(data) if key in extra_fields and key not in model.model_fields}
-    try:
-        request = model.model_validate(data)
-    except ValidationError as exc:
-        raise invalid(exc.errors(include_url=False, include_input=False), data) from None
-    except RecursionError:
-        raise APIError.invalid_request("The request body is nested too deeply.", code="invalid_json") from None
-    request._vendor_fields = vendor
+    fields = model.__struct_encode_fields__
+    vendor = {key: data.pop(key) for key in list(data) if key in extra_fields and key not in fields}
+    request = convert(model, data)
+    request._check()
+    request._sent, request._vendor_fields = data, vendor
     return request
+
+
+def chat_from(data: dict[str, Any]) -> ChatCompletionRequest:
+    """The chat request another protocol's translation built (JSON values), validated as a client's would be;
+    the caller checks the limits and names a fault in its own client's terms."""
+    return _validated(ChatCompletionRequest, data, ())

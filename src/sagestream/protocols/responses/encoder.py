@@ -33,6 +33,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+import msgspec
+
 from sagestream.delta import Delta, Usage, is_text_only
 from sagestream.errors import DEADLINE_EXCEEDED, APIError
 from sagestream.protocols._wire import dumps, json_string, new_id, padding
@@ -80,11 +82,18 @@ def _function_name(chat_name: str, namespaced: Mapping[str, tuple[str, str]]) ->
     return {"name": chat_name}
 
 
+def _given(value: Any) -> Any:
+    """``value`` without its null members, at every level: the settings a client gave."""
+    if isinstance(value, dict):
+        return {k: _given(v) for k, v in value.items() if v is not None}
+    return value
+
+
 def _echo(request: ResponseCreateRequest) -> dict[str, Any]:
     """The request's settings as the response object repeats them (OpenAI's defaults where not sent)."""
-    text = request.text.model_dump(mode="json", by_alias=True, exclude_none=True) if request.text else {}
+    text = _given(msgspec.to_builtins(request.text)) if request.text else {}
     text.setdefault("format", {"type": "text"})
-    reasoning = request.reasoning.model_dump(mode="json", exclude_none=True) if request.reasoning else {}
+    reasoning = _given(msgspec.to_builtins(request.reasoning)) if request.reasoning else {}
     return {
         "instructions": request.instructions,
         "max_output_tokens": request.max_output_tokens,

@@ -1,4 +1,4 @@
-"""The Responses API's request: ``openai.types.responses.response_create_params`` as pydantic models, and its
+"""The Responses API's request: ``openai.types.responses.response_create_params`` as msgspec Structs, and its
 translation into the chat-shaped :class:`~sagestream.protocols.openai.request.ChatCompletionRequest` every
 dialect reads.
 
@@ -20,25 +20,30 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import ConfigDict, Discriminator, Field, PrivateAttr, Tag, ValidationError
+import msgspec
+from msgspec import Meta
 
 from sagestream.errors import APIError
 from sagestream.protocols._requests import (
-    RelayedObject,
-    StrictModel,
+    Strict,
+    Tagged,
+    check_entries,
     check_max_tokens,
     check_prompt_size,
-    invalid,
+    convert,
     read_object,
 )
 from sagestream.protocols.openai.request import (
     CacheBreakpoint,
     ChatCompletionRequest,
+    MetadataValue,
     ReasoningEffort,
+    Relayed,
     _check_tool_choice,
     _check_tool_results,
+    chat_from,
 )
 from sagestream.protocols.responses.sealing import unseal
 
@@ -50,22 +55,19 @@ STATELESS = "this server is stateless and stores no responses or conversations; 
 # --- the request ----------------------------------------------------------------------------------------
 
 
-class InputText(StrictModel):
-    type: Literal["input_text"]
+class InputText(Tagged, tag="input_text"):
     text: str
     prompt_cache_breakpoint: CacheBreakpoint | None = None
 
 
-class InputImage(StrictModel):
-    type: Literal["input_image"]
+class InputImage(Tagged, tag="input_image"):
     detail: Literal["auto", "low", "high", "original"] | None = None
     image_url: str | None = None
     file_id: str | None = None
     prompt_cache_breakpoint: CacheBreakpoint | None = None
 
 
-class InputFile(StrictModel):
-    type: Literal["input_file"]
+class InputFile(Tagged, tag="input_file"):
     detail: Literal["auto", "low", "high"] | None = None
     file_data: str | None = None
     file_id: str | None = None
@@ -74,27 +76,25 @@ class InputFile(StrictModel):
     prompt_cache_breakpoint: CacheBreakpoint | None = None
 
 
-class OutputText(StrictModel):
+class OutputText(Tagged, tag="output_text"):
     """An assistant turn's text, as clients send earlier answers back."""
 
-    type: Literal["output_text"]
     text: str
     annotations: list[Any] | None = None
     logprobs: list[Any] | None = None
 
 
-class Refusal(StrictModel):
-    type: Literal["refusal"]
+class Refusal(Tagged, tag="refusal"):
     refusal: str
 
 
-ContentPart = Annotated[InputText | InputImage | InputFile | OutputText | Refusal, Field(discriminator="type")]
+ContentPart = InputText | InputImage | InputFile | OutputText | Refusal
 
 
-class MessageItem(StrictModel):
-    """``EasyInputMessage`` (``type`` optional), ``Message`` and an earlier ``ResponseOutputMessage``."""
+class MessageItem(Tagged, tag="message"):
+    """``EasyInputMessage`` (``type`` optional: :func:`_typed_items` adds it), ``Message`` and an earlier
+    ``ResponseOutputMessage``."""
 
-    type: Literal["message"] = "message"
     role: Literal["user", "assistant", "system", "developer"]
     content: str | list[ContentPart]
     id: str | None = None
@@ -102,8 +102,7 @@ class MessageItem(StrictModel):
     phase: Literal["commentary", "final_answer"] | None = None
 
 
-class FunctionCallItem(StrictModel):
-    type: Literal["function_call"]
+class FunctionCallItem(Tagged, tag="function_call"):
     call_id: str
     name: str
     arguments: str
@@ -112,26 +111,24 @@ class FunctionCallItem(StrictModel):
     namespace: str | None = None
 
 
-class FunctionCallOutputItem(StrictModel):
-    type: Literal["function_call_output"]
+class FunctionCallOutputItem(Tagged, tag="function_call_output"):
     call_id: str
     output: str | list[ContentPart]
     id: str | None = None
     status: Literal["in_progress", "completed", "incomplete"] | None = None
 
 
-class _SummaryText(StrictModel):
+class _SummaryText(Strict):
     type: Literal["summary_text"]
     text: str
 
 
-class _ReasoningText(StrictModel):
+class _ReasoningText(Strict):
     type: Literal["reasoning_text"]
     text: str
 
 
-class ReasoningItem(StrictModel):
-    type: Literal["reasoning"]
+class ReasoningItem(Tagged, tag="reasoning"):
     id: str | None = None
     summary: list[_SummaryText] = []
     content: list[_ReasoningText] | None = None
@@ -139,29 +136,15 @@ class ReasoningItem(StrictModel):
     status: Literal["in_progress", "completed", "incomplete"] | None = None
 
 
-class ItemReference(StrictModel):
-    type: Literal["item_reference"]
+class ItemReference(Tagged, tag="item_reference"):
     id: str
 
 
-def _item_kind(item: Any) -> str:
-    if isinstance(item, dict):
-        return str(item.get("type", "message"))
-    return str(getattr(item, "type", "message"))
-
-
-InputItem = Annotated[
-    Annotated[MessageItem, Tag("message")]
-    | Annotated[FunctionCallItem, Tag("function_call")]
-    | Annotated[FunctionCallOutputItem, Tag("function_call_output")]
-    | Annotated[ReasoningItem, Tag("reasoning")]
-    | Annotated[ItemReference, Tag("item_reference")],
-    Discriminator(_item_kind),
-]
+InputItem = MessageItem | FunctionCallItem | FunctionCallOutputItem | ReasoningItem | ItemReference
 _ITEM_TYPES = ("message", "function_call", "function_call_output", "reasoning", "item_reference")
 
 
-class FunctionTool(StrictModel):
+class FunctionTool(Strict):
     type: Literal["function"]
     name: str
     parameters: dict[str, Any] | None = None
@@ -169,41 +152,38 @@ class FunctionTool(StrictModel):
     description: str | None = None
 
 
-class ToolChoiceFunction(StrictModel):
+class ToolChoiceFunction(Strict):
     type: Literal["function"]
     name: str
 
 
-class ToolChoiceAllowed(StrictModel):
+class ToolChoiceAllowed(Strict):
     type: Literal["allowed_tools"]
     mode: Literal["auto", "required"]
     tools: list[dict[str, Any]]
 
 
-class FormatText(StrictModel):
-    type: Literal["text"]
+class FormatText(Tagged, tag="text"):
+    pass
 
 
-class FormatJSONObject(StrictModel):
-    type: Literal["json_object"]
+class FormatJSONObject(Tagged, tag="json_object"):
+    pass
 
 
-class FormatJSONSchema(StrictModel):
-    type: Literal["json_schema"]
+class FormatJSONSchema(Tagged, tag="json_schema"):
     name: str
-    json_schema: dict[str, Any] = Field(alias="schema")
+    json_schema: dict[str, Any] = msgspec.field(name="schema")
     description: str | None = None
     strict: bool | None = None
 
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True, populate_by_name=True)
 
-
-class TextConfig(StrictModel):
-    format: Annotated[FormatText | FormatJSONObject | FormatJSONSchema, Field(discriminator="type")] | None = None
+class TextConfig(Strict):
+    format: FormatText | FormatJSONObject | FormatJSONSchema | None = None
     verbosity: Literal["low", "medium", "high"] | None = None
 
 
-class ReasoningConfig(StrictModel):
+class ReasoningConfig(Strict):
     effort: ReasoningEffort | None = None
     summary: Literal["auto", "concise", "detailed"] | None = None
     generate_summary: Literal["auto", "concise", "detailed"] | None = None
@@ -211,7 +191,7 @@ class ReasoningConfig(StrictModel):
     mode: str | None = None
 
 
-class StreamOptions(StrictModel):
+class StreamOptions(Strict):
     include_obfuscation: bool | None = None
 
 
@@ -227,16 +207,19 @@ Includable = Literal[
 ]
 
 
-class ResponseCreateRequest(StrictModel):
-    """``ResponseCreateParams``: every field the SDK can send, each with its JSON type."""
+class ResponseCreateRequest(Strict, dict=True, kw_only=True):
+    """``ResponseCreateParams``: every field the SDK can send, each with its JSON type.
+
+    ``dict=True``: the parse keeps the body's own values (``_sent``) and vendor fields beside the fields; with a
+    store, ``_previous_response_id`` (the stored response it continues) and ``_stored`` (its answer is kept)."""
 
     model: str | None = None
     input: str | list[InputItem] | None = None
     instructions: str | None = None
-    max_output_tokens: Annotated[int, Field(ge=1)] | None = None
-    temperature: Annotated[float, Field(ge=0, le=2)] | None = None
-    top_p: Annotated[float, Field(ge=0, le=1)] | None = None
-    top_logprobs: Annotated[int, Field(ge=0, le=20)] | None = None
+    max_output_tokens: Annotated[int, Meta(ge=1)] | None = None
+    temperature: Annotated[float, Meta(ge=0, le=2)] | None = None
+    top_p: Annotated[float, Meta(ge=0, le=1)] | None = None
+    top_logprobs: Annotated[int, Meta(ge=0, le=20)] | None = None
     stream: bool | None = None
     stream_options: StreamOptions | None = None
     tools: list[dict[str, Any]] | None = None  # read one by one: a hosted tool is refused by its type's name
@@ -244,14 +227,14 @@ class ResponseCreateRequest(StrictModel):
     parallel_tool_calls: bool | None = None
     text: TextConfig | None = None
     reasoning: ReasoningConfig | None = None
-    metadata: dict[str, Annotated[str, Field(max_length=512)]] | None = None
+    metadata: dict[str, Any] | None = None  # each value a MetadataValue (checked entry by entry)
     user: str | None = None
     safety_identifier: str | None = None
     prompt_cache_key: str | None = None
-    prompt_cache_options: RelayedObject | None = None
+    prompt_cache_options: Relayed | None = None
     prompt_cache_retention: Literal["in_memory", "24h"] | None = None
     service_tier: Literal["auto", "default", "flex", "scale", "priority", "fast"] | None = None
-    moderation: RelayedObject | None = None
+    moderation: Relayed | None = None
     store: bool | None = None
     # Codex's installation, session, thread and turn ids: OpenAI's API takes them; they cannot change the answer.
     client_metadata: dict[str, Any] | None = None
@@ -267,14 +250,16 @@ class ResponseCreateRequest(StrictModel):
     access_programs: dict[str, Any] | None = None
     image: dict[str, Any] | None = None
 
-    _vendor_fields: dict[str, Any] = PrivateAttr(default_factory=dict)
-    # With a store: the stored response this request continues, and whether its own answer is stored.
-    _previous_response_id: str | None = PrivateAttr(default=None)
-    _stored: bool = PrivateAttr(default=False)
+    if TYPE_CHECKING:  # set by the parse beside the fields (dict=True), not fields themselves
+        _sent: dict[str, Any]
+        _vendor_fields: dict[str, Any]
+        _previous_response_id: str | None
+        _stored: bool
 
     def sent(self) -> dict[str, Any]:
-        data = self.model_dump(mode="json", exclude_unset=True, by_alias=True)
-        return {key: value for key, value in data.items() if value is not None}
+        """The fields the client sent with a value (not null), as the JSON values it sent."""
+        sent: dict[str, Any] = getattr(self, "_sent", None) or msgspec.to_builtins(self)
+        return {key: value for key, value in sent.items() if value is not None}
 
 
 # Fields with no meaning here and why; each refused by name when set to anything but its no-op value.
@@ -326,18 +311,12 @@ def parse_responses(
     the Responses field it came from (to name it in a refusal); or a 400 naming the field at fault."""
     data = read_object(body, _FREE_FORM)
     _refuse_unknown_items(data)
-    vendor = {
-        key: data.pop(key)
-        for key in list(data)
-        if key in extra_fields and key not in ResponseCreateRequest.model_fields
-    }
-    try:
-        request = ResponseCreateRequest.model_validate(data)
-    except ValidationError as exc:
-        raise invalid(exc.errors(include_url=False, include_input=False), data) from None
-    except RecursionError:
-        raise APIError.invalid_request("The request body is nested too deeply.", code="invalid_json") from None
-    request._vendor_fields = vendor
+    fields = ResponseCreateRequest.__struct_encode_fields__
+    vendor = {key: data.pop(key) for key in list(data) if key in extra_fields and key not in fields}
+    request = convert(ResponseCreateRequest, _typed_items(data))
+    check_entries("metadata", request.metadata, MetadataValue)
+    request._sent, request._vendor_fields = data, vendor
+    request._previous_response_id, request._stored = None, False  # a store's to set
     chat, origins = _translate(request)
     _check_tool_choice(chat)  # as chat answers: required or a named tool needs tools holding it
     try:
@@ -348,6 +327,16 @@ def parse_responses(
     check_prompt_size(chat, "input", max_prompt_chars)
     chat._vendor_fields = vendor
     return request, chat, origins
+
+
+def _typed_items(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with each input item that has no ``type`` (the SDK's ``EasyInputMessage``) typed ``message``:
+    the tag the items' union is told apart by. The body itself is left as the client sent it."""
+    items = data.get("input")
+    if not isinstance(items, list) or all(not isinstance(i, dict) or "type" in i for i in items):
+        return data
+    typed = [{"type": "message", **item} if isinstance(item, dict) and "type" not in item else item for item in items]
+    return {**data, "input": typed}
 
 
 def _refuse_unknown_items(data: dict[str, Any]) -> None:
@@ -455,9 +444,9 @@ def _translate(request: ResponseCreateRequest) -> tuple[ChatCompletionRequest, l
         if request.top_logprobs:
             chat["top_logprobs"] = request.top_logprobs
     try:
-        return ChatCompletionRequest.model_validate(chat), origins
-    except ValidationError as exc:
-        raise renamed(invalid(exc.errors(include_url=False, include_input=False), chat), origins) from None
+        return chat_from(chat), origins
+    except APIError as err:
+        raise renamed(err, origins) from None
 
 
 # Joins a namespace and a function's name into one chat tool name (chat tool names take [A-Za-z0-9_-]); the
@@ -514,6 +503,11 @@ def namespaced_tools(request: ResponseCreateRequest) -> dict[str, tuple[str, str
 def _chat_tools(tool: dict[str, Any], n: int) -> list[dict[str, Any]]:
     """The chat tools a Responses tool offers the model: one function; a namespace's functions; a hosted tool none."""
     kind = tool.get("type")
+    if not isinstance(kind, str):
+        # Was a 500 (an unhashable type looked up among the hosted tools); the validation oracle found it.
+        raise APIError.invalid_request(
+            f"Invalid type for 'tools.{n}.type': expected a string.", param=f"tools.{n}.type", code="invalid_type"
+        )
     if kind in HOSTED_TOOLS:
         return []
     if kind != "namespace":
@@ -554,12 +548,10 @@ def _chat_tool(tool: dict[str, Any], n: int, where: str | None = None) -> dict[s
             continue
         raise _refuse(f"{where}.{name}", "the chat-shaped tool the model container reads has no such field")
     try:
-        function = FunctionTool.model_validate(tool)
-    except ValidationError as exc:
-        errors = exc.errors(include_url=False, include_input=False)
-        err = invalid(errors, tool)
+        function = convert(FunctionTool, tool)
+    except APIError as err:
         raise renamed(err, [], prefix=where) from None
-    definition = function.model_dump(exclude={"type"}, exclude_none=True)
+    definition = {name: value for name, value in function.given().items() if name != "type"}
     return {"type": "function", "function": definition}
 
 
@@ -568,17 +560,16 @@ def _chat_tool_choice(choice: str | dict[str, Any]) -> Any:
         return choice
     try:
         if choice.get("type") == "function":
-            return {"type": "function", "function": {"name": ToolChoiceFunction.model_validate(choice).name}}
+            return {"type": "function", "function": {"name": convert(ToolChoiceFunction, choice).name}}
         if choice.get("type") == "allowed_tools":
-            allowed = ToolChoiceAllowed.model_validate(choice)
+            allowed = convert(ToolChoiceAllowed, choice)
             tools = [
                 {"type": "function", "function": {"name": t.get("name")}} if t.get("type") == "function" else t
                 for t in allowed.tools
             ]
             return {"type": "allowed_tools", "allowed_tools": {"mode": allowed.mode, "tools": tools}}
-    except ValidationError as exc:
-        errors = exc.errors(include_url=False, include_input=False)
-        raise renamed(invalid(errors, choice), [], prefix="tool_choice") from None
+    except APIError as err:
+        raise renamed(err, [], prefix="tool_choice") from None
     raise APIError.invalid_request(
         f"tool_choice of type '{choice.get('type')}' is not supported: this endpoint runs no hosted tools.",
         param="tool_choice.type",
