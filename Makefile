@@ -124,7 +124,7 @@ deploy: $(SAM_VENV)/.installed
 # sam build (BuildMethod: makefile) runs this with ARTIFACTS_DIR set. No Docker: pip fetches wheels for
 # Lambda's platform (the template's arm64, or LAMBDA_ARCH) and CPython 3.13, whatever runs pip here.
 # Then a CPython 3.13 compiles everything shipped: /var/task is read-only, so an artifact without .pyc files
-# compiles botocore, pydantic and the function from source on every cold start (about 0.8 s of init CPU).
+# compiles botocore, Powertools and the function from source on every cold start (about 0.8 s of init CPU).
 # Bytecode does not depend on the CPU, only on the minor version, so this machine's 3.13 serves arm64 too.
 # unchecked-hash: Lambda re-timestamps /var/task, and a timestamp .pyc would then be stale and recompiled
 # (into memory, every time); an unchecked hash-based .pyc is used as it is. No 3.13, no build.

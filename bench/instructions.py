@@ -14,7 +14,9 @@ Figures (medians over the measured requests' intervals):
   delta handed on to the next;
 - ``first_token_own``: the function's work from ``/next``'s answer to its first body write returned, less
   botocore's call (``first_token_botocore``): event parse, routing, validation, upstream body, response
-  start, the first part's relay and write.
+  start, the first part's relay and write; for a chat, and (``first_token_own_responses``,
+  ``first_token_own_messages``) for the same question on the Responses and Messages routes, whose first
+  write carries their opening events.
 
 The counts are of this machine's CPython build (pyenv's 3.13, not Lambda's PGO build) and include each
 mark's own small cost (a line written to a file, ``getppid``), the same for the function and the peer.
@@ -112,7 +114,7 @@ def function_run(
                 for _ in range(requests + 1):
                     sink = FirstChunk()
                     invocation = pool.submit(event, sink)
-                    if not invocation.wait(600) or not sink.ended.wait(60) or sink.status != 200:
+                    if not invocation.wait(600) or not sink.ended.wait(300) or sink.status != 200:
                         raise RuntimeError(f"a counted request failed: HTTP {sink.status}")
         finally:
             sim.reset_scenario()
@@ -166,6 +168,21 @@ def peer_run(sim: Any, env: dict[str, str], peer: str, requests: int, counting: 
     return {"per_delta": statistics.median(per_delta), "requests": requests, "deltas_counted": len(per_delta)}
 
 
+# The other protocols' first tokens, counted as chat's is: the same short streamed question on their routes.
+OPENINGS = (
+    # store: false: no write to a store after the answer, which is not the first token's and, 50 times slower
+    # under callgrind, outlasted the wait for the answer's end.
+    ("responses", "/v1/responses", {"input": "Hi", "stream": True, "store": False}),
+    ("messages", "/v1/messages", {"max_tokens": 64, "messages": [{"role": "user", "content": "Hi"}], "stream": True}),
+)
+
+
+def _event_at(event: dict[str, Any], path: str, body: dict[str, Any]) -> dict[str, Any]:
+    """``event`` (a Function URL event) on ``path`` with ``body``."""
+    context = {**event["requestContext"], "http": {**event["requestContext"]["http"], "path": path}}
+    return {**event, "rawPath": path, "requestContext": context, "body": json.dumps(body), "isBase64Encoded": False}
+
+
 def measure(clock: InitClock, sim: Any, env: dict[str, str], event: dict[str, Any], quick: bool) -> dict[str, Any]:
     """Instructions (under callgrind) and CPU (without) per delta and per first token, function and peer."""
     requests = 1 if quick else 3
@@ -196,4 +213,7 @@ def measure(clock: InitClock, sim: Any, env: dict[str, str], event: dict[str, An
         "first_token_own": round(function["first_token_own"]),
         "first_token_botocore": round(function["first_token_botocore"]),
     }
+    for protocol, path, body in OPENINGS:
+        opening = function_run(clock, sim, env, requests, True, _event_at(event, path, body))
+        out["instructions"][f"first_token_own_{protocol}"] = round(opening["first_token_own"])
     return out

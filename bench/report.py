@@ -23,8 +23,21 @@ TARGETS: dict[str, tuple[str, str, float, str]] = {
         1.2,
         "instructions",
     ),
-    "first-token own instructions <= 1.5 M": ("instructions", "first_token_own", 1_500_000, "instructions"),
-    "first-token own CPU <= 0.25 ms (warm)": ("steady-cpu", "first_token_own_ms", 0.25, "CPU"),
+    "first-token own instructions <= 1.5 M (chat)": ("instructions", "first_token_own", 1_500_000, "instructions"),
+    "first-token own instructions <= 1.5 M (Responses)": (
+        "instructions",
+        "first_token_own_responses",
+        1_500_000,
+        "instructions",
+    ),
+    "first-token own instructions <= 1.5 M (Messages)": (
+        "instructions",
+        "first_token_own_messages",
+        1_500_000,
+        "instructions",
+    ),
+    # msgspec's validation per request against pydantic's (bench/validation.py), the worst of three bodies
+    "validation instructions <= pydantic's, every body": ("validation", "worst_ratio", 1.0, "instructions"),
     "cold init CPU <= 1.15x a bare boto3 client": ("cold", "cold_init_cpu_ratio", 1.15, "CPU"),
     "first token after a cold start <= 3 ms CPU over a warm one": (
         "cold",
@@ -52,6 +65,9 @@ RETIRED = {
     "cold_init_ratio <= 1.1 (wall)": "wall ratios swung 0.68-2.0 between paired runs; the CPU ratio replaces it",
     "ttft_cpu_ms <= 1.5, CPU per delta <= 1.2x line-iterator's": "replaced by the function's own share in "
     "instructions (and CPU beside): CPU ratios swung 1.26-3.3x with wake-ups",
+    "first-token own CPU <= 0.25 ms (warm)": "the same ~1.3 M instructions cost about 1.5 ms once the model's time "
+    "to first token has cooled the caches, so the CPU figure measures the cache, not the code; the instruction "
+    "target (<= 1.5 M on every protocol) is the steady one",
 }
 # The function's own figures, per workload (sagestream only).
 FUNCTION_COLUMNS = (
@@ -173,6 +189,8 @@ def target_rows(doc: Mapping[str, Any]) -> list[tuple[str, Any, bool | None, str
             source = steady.get("cpu") or {}
         elif where == "encoders":
             source = doc.get("encoders") or {}
+        elif where == "validation":
+            source = doc.get("validation") or {}
         elif where.startswith("many-streams:"):
             k = int(where.split(":")[1])
             source = next((r for r in doc.get("many_streams") or [] if r.get("k") == k), {})
@@ -233,9 +251,24 @@ def markdown(doc: Mapping[str, Any]) -> str:
             f"{_cell(cpu['first_token_own_ms'])} ms |",
             f"| first token, botocore's call | {_cell(counts.get('first_token_botocore'))} | "
             f"{_cell(cpu['first_token_botocore_ms'])} ms |",
+            f"| first token, the function's own, Responses | {_cell(counts.get('first_token_own_responses'))} | - |",
+            f"| first token, the function's own, Messages | {_cell(counts.get('first_token_own_messages'))} | - |",
         ]
         if steady.get("instructions_note"):
             out += ["", steady["instructions_note"]]
+    checked = doc.get("validation") or {}
+    if checked:
+        out += [
+            "",
+            f"## Request validation per request ({checked['unit']}, bench/validation.py)",
+            "",
+            "| body | msgspec | pydantic (before) | ratio |",
+            "| --- | ---: | ---: | ---: |",
+        ]
+        out += [
+            f"| {name} | {_cell(row['msgspec'])} | {_cell(row['pydantic'])} | {_cell(row['ratio'])} |"
+            for name, row in checked["bodies"].items()
+        ]
     cold = doc.get("cold") or {}
     if cold:
         out += [

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import cold as cold_start
-from bench import encoders, function, instructions, many, report, responses_encoder
+from bench import encoders, function, instructions, many, report, responses_encoder, validation
 from bench.cold import InitClock, cpu_ns
 from bench.peers import PEERS, reset_peak_rss, status_kb
 from sagestream_local.endpoint import Scenario
@@ -148,7 +148,12 @@ def main(argv: list[str] | None = None) -> int:
     responses_encoder_figures["function"] = responses_encoder.function_cpu(runs=5 if args.quick else 15)
     print(responses_encoder.line(responses_encoder_figures), flush=True)
     # Besides the workloads, two parts of their own: the artifact's cold start and the instruction counts.
-    parts = set(args.workloads.split(",")) if args.workloads else {*specs, "cold", "instructions"}
+    parts = set(args.workloads.split(",")) if args.workloads else {*specs, "cold", "instructions", "validation"}
+    validation_figures: dict[str, Any] = {}
+    if "validation" in parts:
+        # Request validation per request, msgspec against the pydantic validation it replaced (the test oracle).
+        validation_figures = validation.measure()
+        print(f"validation per request: {json.dumps(validation_figures['bodies'])}", flush=True)
     cold: dict[str, Any] = {}
     steady: dict[str, Any] = {}
     python313 = cold_start.find_python313()
@@ -292,6 +297,7 @@ def main(argv: list[str] | None = None) -> int:
         "cold": cold,
         "encoders": encoder_figures,
         "responses_encoder": responses_encoder_figures,
+        "validation": validation_figures,
         "steady": steady,
         "settings": {"quick": args.quick, "workloads": specs, "notes": notes + [f"failed: {f}" for f in failures]},
         "elapsed_s": round(time.monotonic() - began, 1),

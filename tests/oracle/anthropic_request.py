@@ -25,8 +25,8 @@ from pydantic import ConfigDict, Field, ValidationError
 
 from sagestream.errors import APIError
 from sagestream.protocols._api import Parsed, in_client_terms
-from tests.oracle.requests import StrictModel, read_object
 from tests.oracle.openai_request import parse_chat
+from tests.oracle.requests import StrictModel, read_object
 
 if TYPE_CHECKING:
     from sagestream.config import Config
@@ -644,7 +644,7 @@ def translate(
             }
             out.names["response_format"] = "output_config.format"
     _thinking(request, cfg, body, noops, counting=counting)
-    out.names["thinking_token_budget"] = "thinking"  # noqa: S105 (a field name)
+    out.names["thinking_token_budget"] = "thinking"
     return body, out.names, noops
 
 

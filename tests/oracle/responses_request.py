@@ -25,6 +25,14 @@ from typing import Annotated, Any, Literal
 from pydantic import ConfigDict, Discriminator, Field, PrivateAttr, Tag, ValidationError
 
 from sagestream.errors import APIError
+from sagestream.protocols.responses.sealing import unseal
+from tests.oracle.openai_request import (
+    CacheBreakpoint,
+    ChatCompletionRequest,
+    ReasoningEffort,
+    _check_tool_choice,
+    _check_tool_results,
+)
 from tests.oracle.requests import (
     RelayedObject,
     StrictModel,
@@ -33,14 +41,6 @@ from tests.oracle.requests import (
     invalid,
     read_object,
 )
-from tests.oracle.openai_request import (
-    CacheBreakpoint,
-    ChatCompletionRequest,
-    ReasoningEffort,
-    _check_tool_choice,
-    _check_tool_results,
-)
-from sagestream.protocols.responses.sealing import unseal
 
 __all__ = ["STATELESS", "ResponseCreateRequest", "parse_responses", "renamed"]
 

@@ -12,11 +12,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sagestream import http
 from sagestream.config import Config
 from sagestream.delta import Delta
 from sagestream.errors import APIError
+from sagestream.protocols import _requests
 from sagestream.protocols._api import Parsed, completion_route
 from sagestream.protocols.openai import CHAT
 from sagestream_local.endpoint import Scenario, exception_frame, payload_part_frame
@@ -113,3 +116,31 @@ def test_events_are_serialised_as_json_dumps_would() -> None:
     assert _dumps(value) == json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
     with pytest.raises(TypeError):
         _dumps({"x": object()})
+
+
+def _walked_depth(value: Any) -> int:
+    if isinstance(value, dict):
+        return 1 + max(map(_walked_depth, value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max(map(_walked_depth, value), default=0)
+    return 0
+
+
+json_text = st.text(alphabet=st.sampled_from('ab"\\[]{}\n\u00e9'), max_size=6)
+json_values = st.recursive(
+    st.none() | st.integers() | json_text,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(json_text, inner, max_size=3),
+    max_leaves=200,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(json_values, st.integers(0, 70))
+def test_the_depth_read_from_the_bytes_is_the_depth_of_the_value(value: Any, wrap: int) -> None:
+    # Wrapped deep enough that the count of brackets alone cannot settle it: the bytes are read.
+    for _ in range(wrap):
+        value = [value]
+    raw = json.dumps({"v": value}, ensure_ascii=False).encode()
+    expected = _walked_depth({"v": value})
+    got = _requests._depth(raw)
+    assert got == expected or (got == 0 and raw.count(b"{") + raw.count(b"[") <= _requests.MAX_JSON_DEPTH)

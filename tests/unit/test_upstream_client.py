@@ -98,6 +98,7 @@ def test_no_request_of_any_protocol_loads_pydantic() -> None:
     responses = '{"model": "m", "input": "Hi", "text": {"format": {"type": "json_object"}}}'
     code = (
         "from sagestream.config import Config; from sagestream.protocols import MESSAGES, RESPONSES; "
-        f"cfg = Config.from_env(); MESSAGES.parse({messages!r}.encode(), cfg); RESPONSES.parse({responses!r}.encode(), cfg)"
+        f"cfg = Config.from_env(); MESSAGES.parse({messages!r}.encode(), cfg); "
+        f"RESPONSES.parse({responses!r}.encode(), cfg)"
     )
     assert "pydantic" not in _loaded_after(code, AUTH_MODE="none")

@@ -80,9 +80,8 @@ ModelT = TypeVar("ModelT")
 
 # --- reading the body ---------------------------------------------------------------------------------------
 
-# A JSON string, escapes included: taken out of the body before its brackets are counted.
-_STRINGS = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
-_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"{}[]")
+# Every byte but a quote and a bracket: what a body's structure is read without.
+_NOT_STRUCTURE = bytes(b for b in range(256) if b not in b'"{}[]')
 # The nesting each bracket byte adds: +1 opens, -1 closes.
 _STEP = [0] * 256
 _STEP[ord("{")] = _STEP[ord("[")] = 1
@@ -118,15 +117,18 @@ def read_object(body: bytes, free_form: tuple[tuple[str, ...], ...] = ()) -> dic
 def _depth(body: bytes) -> int:
     """How deeply ``body`` (valid JSON) nests, from its bytes: its strings taken out, its brackets counted.
 
-    One pass of the regex engine and of C iterators over the bytes; the decoded body is walked only to name
-    the field of a body that is too deep.
+    Only C loops over the bytes (a regex over every string cost ten times as much): with the escaped
+    backslashes, then the escaped quotes, gone, every quote left opens or closes a string, so the brackets
+    outside strings are those between the even-numbered quotes. The decoded body is walked only to name the
+    field of a body that is too deep.
 
     >>> _depth(b'{"a": [1, {"b": "]]]{{"}]}'), _depth(b'{"a": "' + b"[" * 99 + b'", "b": [[[]]]}')
     (0, 4)
     """
     if body.count(b"{") + body.count(b"[") <= MAX_JSON_DEPTH:
         return 0  # cannot nest that deep
-    brackets = _STRINGS.sub(b"", body).translate(None, _NOT_BRACKETS)
+    structure = body.replace(b"\\\\", b"").replace(b'\\"', b"").translate(None, _NOT_STRUCTURE)
+    brackets = b"".join(structure.split(b'"')[::2])
     return max(accumulate(map(_STEP.__getitem__, brackets)), default=0)
 
 
