@@ -38,9 +38,9 @@ import json
 import logging
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 from snapshot_restore_py import register_after_restore
 
 from sagestream import faults, page, protocols, sagemaker_ids, upstream
@@ -67,8 +67,7 @@ __all__ = ["App", "Call", "Request", "Route", "Writer", "handler"]
 logger = logging.getLogger(__name__)
 
 
-@dataclass(slots=True)
-class Call:
+class Call(msgspec.Struct):
     """One invocation as the route handlers see it."""
 
     request: Request
@@ -362,7 +361,7 @@ class App:
     def _whole(self, call: Call, cfg: Config, api: ClientAPI, parsed: Parsed, payload: bytes) -> None:
         answer = self.invoke(call, cfg, parsed, payload)
         if not answer.finish_reason:
-            answer = replace(answer, finish_reason="stop")  # keeps tool calls, reasoning, logprobs
+            answer = msgspec.structs.replace(answer, finish_reason="stop")  # keeps tool calls, reasoning, logprobs
         data = api.whole(answer, parsed, cfg)
         call.record.wrote(answer, b"")  # a whole answer has no first delta or cadence
         call.writer.write(data, 200, {**JSON_HEADERS, **parsed.headers})

@@ -39,7 +39,6 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
@@ -86,8 +85,7 @@ class ModelEntry(msgspec.Struct, forbid_unknown_fields=True):
 MODEL_KEYS: tuple[str, ...] = ModelEntry.__struct_fields__
 
 
-@dataclass(frozen=True, slots=True)
-class ModelTarget:
+class ModelTarget(msgspec.Struct, frozen=True):
     """One model id clients send and the upstream it is served by (the global settings filled in)."""
 
     model_id: str
@@ -193,8 +191,7 @@ def read_parameter(name: str) -> str:
     return str(parameters.get_parameter(name, decrypt=True))
 
 
-@dataclass(frozen=True, slots=True)
-class Config:
+class Config(msgspec.Struct, frozen=True):
     endpoint_name: str
     dialect: str = "openai"  # UPSTREAM_FORMAT: a name in sagestream.dialects.DIALECTS
     model_id: str = ""
@@ -246,7 +243,7 @@ class Config:
             return self if model_id == self.model_id else None
         for target in self.models:
             if target.model_id == model_id:
-                return replace(
+                return msgspec.structs.replace(
                     self,
                     model_id=target.model_id,
                     endpoint_name=target.endpoint_name,

@@ -14,14 +14,14 @@ Example::
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 __all__ = ["Delta", "Usage", "is_text_only"]
 
 
-@dataclass(frozen=True, slots=True)
-class Usage:
+class Usage(msgspec.Struct, frozen=True):
     """What an answer cost, as the container counted it; a count it did not give is ``None``, never 0."""
 
     prompt_tokens: int | None
@@ -29,7 +29,7 @@ class Usage:
     total_tokens: int | None
     # The container's other usage fields as sent: completion_tokens_details (reasoning_tokens),
     # prompt_tokens_details (cached_tokens), ...
-    details: dict[str, Any] = field(default_factory=dict, compare=True)
+    details: dict[str, Any] = msgspec.field(default_factory=dict)
 
     def __repr__(self) -> str:
         more = f", details={self.details!r}" if self.details else ""
@@ -41,8 +41,7 @@ class Usage:
 
 # Not frozen: a frozen dataclass sets each of its ten fields through object.__setattr__, which made building
 # a Delta (once per token) cost about 19k instructions against 4k. Nothing changes a Delta once it is made.
-@dataclass(slots=True)
-class Delta:
+class Delta(msgspec.Struct):
     """One step of the answer, each field as the container sent it.
 
     ``content`` is text to append; ``tool_calls`` the OpenAI ``delta.tool_calls`` fragments (index, id,
@@ -60,7 +59,7 @@ class Delta:
     reasoning: str | None = None
     refusal: str | None = None
     logprobs: dict[str, Any] | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = msgspec.field(default_factory=dict)
 
     def __repr__(self) -> str:
         # Only what the delta carries: most deltas are one field.

@@ -23,11 +23,11 @@ import json
 import logging
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import botocore.eventstream
 import botocore.exceptions
+import msgspec
 import urllib3.exceptions
 
 from sagestream.dialects import DecodeError, UpstreamStreamError, error_message
@@ -55,8 +55,7 @@ class DeadlineReached(Exception):
 # --- what a client sees for each fault ----------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class _Fault:
+class _Fault(msgspec.Struct, frozen=True):
     """One row of the table: the status, code and message a fault becomes.
 
     ``message`` may name ``{detail}``, the fault's own text (a parser's message, SageMaker's message).
@@ -66,7 +65,7 @@ class _Fault:
     status: int
     code: str
     message: str
-    headers: Mapping[str, str] = field(default_factory=dict)
+    headers: Mapping[str, str] = msgspec.field(default_factory=dict)
     private: bool = False
 
     def error(self, detail: str) -> APIError:

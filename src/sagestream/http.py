@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from sagestream.errors import APIError
 from sagestream.function_url import event_body
@@ -41,8 +42,7 @@ SSE_HEADERS = {
 JSON_HEADERS = {"content-type": "application/json", "x-content-type-options": "nosniff"}
 
 
-@dataclass(frozen=True, slots=True)
-class Request:
+class Request(msgspec.Struct, frozen=True):
     """What the routes need of a Function URL event (payload format 2.0).
 
     Read as the plain mapping it is: Powertools' event data class would cost the cold start its whole
@@ -56,7 +56,7 @@ class Request:
     body: bytes
     url_request_id: str | None = None
     caller: str | None = None  # the signing IAM principal, when the Function URL checked one
-    query: Mapping[str, str] = field(default_factory=dict)
+    query: Mapping[str, str] = msgspec.field(default_factory=dict)
 
     @classmethod
     def from_event(cls, event: Mapping[str, Any]) -> Request:
@@ -113,8 +113,7 @@ class Writer:
 RouteHandler = Callable[[Any, Any], None]
 
 
-@dataclass(frozen=True, slots=True)
-class Route:
+class Route(msgspec.Struct, frozen=True):
     """One path, or with ``prefix`` every path below it: the methods it answers (``HEAD`` with every ``GET``;
     every method for a prefix route, whose handler decides), its handler, whether it needs a key, and the
     client API whose error shape and id headers its answers take (OpenAI's when ``None``)."""
@@ -128,7 +127,7 @@ class Route:
 
     def __post_init__(self) -> None:
         if "GET" in self.methods and "HEAD" not in self.methods:
-            object.__setattr__(self, "methods", (*self.methods, "HEAD"))
+            msgspec.structs.force_setattr(self, "methods", (*self.methods, "HEAD"))
 
 
 class Routes:

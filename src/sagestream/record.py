@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from sagestream.delta import Delta
 from sagestream.errors import DEADLINE_EXCEEDED, APIError
@@ -122,8 +123,7 @@ class Cadence:
         return self.gaps.quantile(0.5)
 
 
-@dataclass
-class StreamRecord:
+class StreamRecord(msgspec.Struct):
     """What one invocation did, for its log record and metrics; made per request, never kept.
 
     Times are :func:`time.monotonic` values. ``streamed`` says the client asked for a streamed answer
@@ -142,18 +142,18 @@ class StreamRecord:
     prefix_aware_id: str | None = None
     caller: str | None = None  # the signing IAM principal (AUTH_MODE=iam), or the token's sub (AUTH_MODE=jwt)
     caller_details: dict[str, str] | None = None  # a JWT caller's client id and user name, where the token has them
-    started: float = field(default_factory=time.monotonic)
+    started: float = msgspec.field(default_factory=time.monotonic)
     status: int = 200
     streamed: bool = False
     upstream_started: float | None = None
     upstream_first_byte: float | None = None
     first_delta: float | None = None
-    cadence: Cadence = field(default_factory=Cadence)  # bounded: a stream's length must not grow memory
+    cadence: Cadence = msgspec.field(default_factory=Cadence)  # bounded: a stream's length must not grow memory
     # The function's own cost: the invocation thread's CPU (time.thread_time) at the event's arrival and at the first
     # delta written, and per delta the time from the upstream read that completed it to its write.
-    started_cpu: float = field(default_factory=time.thread_time)
+    started_cpu: float = msgspec.field(default_factory=time.thread_time)
     first_delta_cpu: float | None = None
-    relay: Histogram = field(default_factory=Histogram)
+    relay: Histogram = msgspec.field(default_factory=Histogram)
     output_deltas: int = 0
     usage_tokens: int | None = None
     finish_reason: str | None = None
@@ -166,7 +166,7 @@ class StreamRecord:
     prompt: Any = None  # the request's messages or prompt, kept only when LOG_PAYLOADS=true
     completion: list[str] | None = None  # the answer's text, kept only when LOG_PAYLOADS=true
     # Request fields and headers accepted as documented no-ops (invariant 8), by the client's name, with a count.
-    noops: dict[str, int] = field(default_factory=dict)
+    noops: dict[str, int] = msgspec.field(default_factory=dict)
 
     @property
     def output_tokens(self) -> int:

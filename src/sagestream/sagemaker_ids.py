@@ -38,7 +38,8 @@ from __future__ import annotations
 
 import logging
 import re
-from dataclasses import dataclass
+
+import msgspec
 
 from sagestream.errors import APIError
 
@@ -84,8 +85,7 @@ def prefix_aware_id(prompt_cache_key: str, *, field: str = "prompt_cache_key") -
     return prompt_cache_key
 
 
-@dataclass(frozen=True, slots=True)
-class UpstreamIds:
+class UpstreamIds(msgspec.Struct, frozen=True):
     """The ids one invocation's upstream calls carry, as botocore parameters (:meth:`call_args`)."""
 
     inference_id: str | None = None

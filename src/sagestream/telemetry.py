@@ -76,9 +76,9 @@ import sys
 import threading
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
 from typing import IO, Any
 
+import msgspec
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.logging.formatter import LambdaPowertoolsFormatter
 from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
@@ -106,13 +106,12 @@ def _round(ms: float | None) -> float | None:
     return None if ms is None else round(ms, 3)
 
 
-@dataclass(frozen=True, slots=True)
-class Labels:
+class Labels(msgspec.Struct, frozen=True):
     """Where the metrics go: their namespace, the ``service`` dimension and the dimensions of every record."""
 
     namespace: str
     service: str
-    dimensions: Mapping[str, str] = field(default_factory=dict)
+    dimensions: Mapping[str, str] = msgspec.field(default_factory=dict)
 
 
 # --- the builders: the record in, what to write out --------------------------------------------------------

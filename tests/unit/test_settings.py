@@ -3,11 +3,11 @@ variable the function reads declared there, and docs/configuration.md's table ma
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from sagestream import telemetry
@@ -66,7 +66,7 @@ def test_the_function_reads_every_declared_setting_and_nothing_undeclared() -> N
 def test_every_config_field_is_filled_by_a_declared_setting_or_a_named_rule() -> None:
     declared = {s.field for s in SETTINGS if s.field is not None}
     # tracing: POWERTOOLS_TRACE_DISABLED inverted; models: MODELS or MODELS_PARAMETER's JSON (config.several_models)
-    assert {f.name for f in dataclasses.fields(Config)} - declared == {"tracing", "models"}
+    assert set(Config.__struct_fields__) - declared == {"tracing", "models"}
     assert len(declared) == len([s for s in SETTINGS if s.field is not None]), "one setting per field"
 
 
@@ -76,7 +76,7 @@ def test_the_declared_defaults_are_the_configs_own() -> None:
         if setting.field in (None, "endpoint_name", "model_id"):  # model_id's default is the endpoint's name
             continue
         assert getattr(bare, setting.field) == setting.default, setting.env
-    assert Config.from_env({"SAGEMAKER_ENDPOINT_NAME": "llm"}) == dataclasses.replace(bare, model_id="llm")
+    assert Config.from_env({"SAGEMAKER_ENDPOINT_NAME": "llm"}) == msgspec.structs.replace(bare, model_id="llm")
 
 
 def test_settings_read_elsewhere_declare_their_readers_defaults() -> None:

@@ -21,8 +21,9 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+import msgspec
 
 from sagestream.delta import Delta, Usage
 from sagestream.dialects import prompts
@@ -208,8 +209,7 @@ def _details(details: Mapping[str, Any]) -> tuple[str, Usage | None]:
     return FINISH_REASONS.get(reason or "", "stop"), usage
 
 
-@dataclass(frozen=True, slots=True)
-class LogprobsWanted:
+class LogprobsWanted(msgspec.Struct, frozen=True):
     """What the client asked of logprobs, for the dialects that send a logprob with every token."""
 
     kind: Literal["chat", "completion"]

@@ -27,8 +27,9 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
+
+import msgspec
 
 from sagestream.delta import Delta
 from sagestream.errors import APIError
@@ -41,8 +42,7 @@ if TYPE_CHECKING:
 __all__ = ["App", "ClientAPI", "Parsed", "StreamEncoder", "completion_route", "in_client_terms"]
 
 
-@dataclass(frozen=True, slots=True)
-class Parsed:
+class Parsed(msgspec.Struct, frozen=True):
     """A request as the pipeline needs it: the chat-shaped ``request`` the dialects speak, and the API's own
     ``original`` request model (the same object for the OpenAI routes)."""
 
@@ -50,7 +50,7 @@ class Parsed:
     original: Any
     # The chat request's field paths under the names the client used ("user" -> "metadata.user_id"), for an
     # API whose fields the translation renamed: a refusal of the dialects must name what the client sent.
-    names: Mapping[str, str] = field(default_factory=dict)
+    names: Mapping[str, str] = msgspec.field(default_factory=dict)
     # Or, for an API whose renaming is more than a table of paths, the function that does it.
     rename: Callable[[APIError], APIError] | None = None
     # The fields the request carried that were accepted as documented no-ops (they cannot change what the model
@@ -58,7 +58,7 @@ class Parsed:
     # record counts them (invariant 8), so an operator sees what clients send.
     noops: tuple[str, ...] = ()
     # Headers the answer carries because of this request (the Responses API's tools it did not offer the model).
-    headers: Mapping[str, str] = field(default_factory=dict)
+    headers: Mapping[str, str] = msgspec.field(default_factory=dict)
     # What to do with the answer once the client has it whole (its bytes): the Responses API stores it.
     finish: Callable[[bytes], None] | None = None
 

@@ -59,8 +59,9 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from sagestream.delta import Delta
 from sagestream.errors import APIError
@@ -83,8 +84,7 @@ REFUSED_HEADERS = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class MessagesAPI:
+class MessagesAPI(msgspec.Struct, frozen=True):
     """Anthropic's ``/v1/messages``."""
 
     kind: str = "messages"

@@ -15,8 +15,9 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from sagestream.delta import Delta
 from sagestream.errors import APIError
@@ -33,8 +34,7 @@ if TYPE_CHECKING:
 __all__ = ["CHAT", "COMPLETIONS", "ROUTES", "OpenAICompletions"]
 
 
-@dataclass(frozen=True, slots=True)
-class OpenAICompletions:
+class OpenAICompletions(msgspec.Struct, frozen=True):
     """OpenAI's ``/v1/chat/completions`` (``kind="chat"``) or ``/v1/completions`` (``kind="completion"``)."""
 
     kind: Kind

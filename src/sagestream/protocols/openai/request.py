@@ -586,3 +586,9 @@ def chat_from(data: dict[str, Any]) -> ChatCompletionRequest:
     """The chat request another protocol's translation built (JSON values), validated as a client's would be;
     the caller checks the limits and names a fault in its own client's terms."""
     return _validated(ChatCompletionRequest, data, ())
+
+
+# msgspec compiles a model's validation plan (every nested type's) on its first use: here, at init, where a cold
+# start pays it once, rather than on the first request's way to its first token (about 2.7 ms of CPU measured).
+convert(ChatCompletionRequest, {"messages": [{"role": "user", "content": ""}]})
+convert(CompletionRequest, {"prompt": ""})

@@ -27,8 +27,9 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from sagestream.delta import Delta
 from sagestream.errors import APIError
@@ -46,8 +47,7 @@ __all__ = ["RESPONSES", "ROUTES", "UNOFFERED_HEADER", "ResponsesAPI", "stored_re
 UNOFFERED_HEADER = "x-sagestream-unoffered-tools"
 
 
-@dataclass(frozen=True, slots=True)
-class ResponsesAPI:
+class ResponsesAPI(msgspec.Struct, frozen=True):
     """``/v1/responses`` on the one pipeline: :class:`~sagestream.protocols.ClientAPI`."""
 
     kind: str = "response"

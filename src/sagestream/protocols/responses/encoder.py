@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
@@ -177,8 +176,7 @@ def _logprobs(delta_logprobs: dict[str, Any] | None) -> list[Any]:
     return list(content) if isinstance(content, list) else []
 
 
-@dataclass(slots=True)
-class _Item:
+class _Item(msgspec.Struct):
     """One output item while it is streamed."""
 
     kind: Literal["message", "refusal", "reasoning", "function_call"]  # a refusal is a message with a refusal part
