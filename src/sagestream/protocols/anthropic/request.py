@@ -25,6 +25,7 @@ import msgspec
 import msgspec.structs
 from msgspec import Meta
 
+from sagestream.dialects import dialect_named
 from sagestream.errors import APIError
 from sagestream.protocols._api import Parsed, in_client_terms
 from sagestream.protocols._requests import Strict, Tagged, describe, read_object
@@ -479,7 +480,7 @@ def _thinking(request: MessagesRequest, cfg: Config, body: dict[str, Any], noops
         raise APIError.invalid_request(
             "`max_tokens` must be greater than `thinking.budget_tokens`.", param="thinking.budget_tokens"
         )
-    if cfg.dialect != "openai" or "thinking_token_budget" not in cfg.extra_request_fields:
+    if not dialect_named(cfg.dialect).carries_reasoning or "thinking_token_budget" not in cfg.extra_request_fields:
         _refuse(
             "thinking",
             f"the model container (UPSTREAM_FORMAT={cfg.dialect}) has no reasoning switch this deployment "
@@ -596,13 +597,13 @@ def translate(
         )
     _tool_choice(request, body)
     if request.metadata is not None and request.metadata.user_id is not None:
-        if cfg.dialect == "openai":
+        if dialect_named(cfg.dialect).carries_user:
             body["user"] = request.metadata.user_id
         else:
             noops.append("metadata.user_id")  # a prompt container has no place for a caller id
     if request.output_config is not None:
         if request.output_config.effort is not None:
-            if cfg.dialect == "openai":
+            if dialect_named(cfg.dialect).carries_reasoning:
                 body["reasoning_effort"] = request.output_config.effort
                 out.names["reasoning_effort"] = "output_config.effort"
             else:

@@ -131,6 +131,31 @@ def _echoed_tool(tool: dict[str, Any]) -> dict[str, Any]:
     return {**tool, "strict": bool(tool.get("strict"))} if tool.get("type") == "function" else tool
 
 
+def _head(
+    *,
+    id: str,
+    created_at: int,
+    model: str,
+    status: str,
+    output: list[dict[str, Any]],
+    error: dict[str, Any] | None = None,
+    incomplete: str | None = None,
+) -> dict[str, Any]:
+    """A response object's own fields, before the request's settings it repeats and its usage."""
+    return {
+        "id": id,
+        "object": "response",
+        "created_at": created_at,
+        "completed_at": int(time.time()) if status == "completed" else None,
+        "status": status,
+        "background": False,
+        "error": error,
+        "incomplete_details": {"reason": incomplete} if incomplete else None,
+        "model": model,
+        "output": output,
+    }
+
+
 def _response(
     *,
     id: str,
@@ -143,20 +168,10 @@ def _response(
     error: dict[str, Any] | None = None,
     incomplete: str | None = None,
 ) -> dict[str, Any]:
-    return {
-        "id": id,
-        "object": "response",
-        "created_at": created_at,
-        "completed_at": int(time.time()) if status == "completed" else None,
-        "status": status,
-        "background": False,
-        "error": error,
-        "incomplete_details": {"reason": incomplete} if incomplete else None,
-        "model": model,
-        "output": output,
-        **echo,
-        "usage": _usage(usage),
-    }
+    head = _head(
+        id=id, created_at=created_at, model=model, status=status, output=output, error=error, incomplete=incomplete
+    )
+    return {**head, **echo, "usage": _usage(usage)}
 
 
 # finish_reason → the response's status and incomplete_details.reason.
@@ -249,18 +264,15 @@ class ResponsesEncoder:
         """The response object as it stands, as JSON; the request's settings in it are serialised once."""
         if self._echo_json is None:
             self._echo_json = dumps(self._echo)[1:-1]
-        head = {
-            "id": self.id,
-            "object": "response",
-            "created_at": self.created_at,
-            "completed_at": int(time.time()) if status == "completed" else None,
-            "status": status,
-            "background": False,
-            "error": error,
-            "incomplete_details": {"reason": incomplete} if incomplete else None,
-            "model": self.model,
-            "output": self._done,
-        }
+        head = _head(
+            id=self.id,
+            created_at=self.created_at,
+            model=self.model,
+            status=status,
+            output=self._done,
+            error=error,
+            incomplete=incomplete,
+        )
         usage = dumps(_usage(self.usage))
         return self._fill(dumps(head)[:-1] + b"," + self._echo_json + b',"usage":' + usage + b"}")
 
