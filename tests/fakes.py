@@ -124,7 +124,10 @@ TGI_MESSAGES_CRLF = Recorded(
         '"logprobs":null,"finish_reason":"stop"}]}\r\n\r\n'
         "data: [DONE]\r\n\r\n"
     ).encode(),
-    [Delta("Ça", role="assistant"), Delta(" va €", role="assistant", finish_reason="stop")],
+    [
+        Delta("Ça", role="assistant", system_fingerprint="2.4.0"),  # the answer's, with its first delta
+        Delta(" va €", role="assistant", finish_reason="stop"),
+    ],
 )
 
 # vLLM /v1/completions streaming: text_completion chunks with choices[0].text.

@@ -60,6 +60,9 @@ class Delta(msgspec.Struct):
     refusal: str | None = None
     logprobs: dict[str, Any] | None = None
     extra: dict[str, Any] = msgspec.field(default_factory=dict)
+    # The container's system_fingerprint (vLLM's build), on the first delta that saw one: a field of the answer,
+    # not of the delta, which the OpenAI protocols' answers carry.
+    system_fingerprint: str | None = None
 
     def __repr__(self) -> str:
         # Only what the delta carries: most deltas are one field.
@@ -73,6 +76,7 @@ class Delta(msgspec.Struct):
             "reasoning",
             "refusal",
             "logprobs",
+            "system_fingerprint",
         ):
             value = getattr(self, name)
             if value is not None:
@@ -95,6 +99,7 @@ class Delta(msgspec.Struct):
             or self.refusal
             or self.logprobs
             or self.extra
+            or self.system_fingerprint
         )
 
 
@@ -112,4 +117,5 @@ def is_text_only(delta: Delta) -> bool:
         and delta.refusal is None
         and delta.logprobs is None
         and not delta.extra
+        and delta.system_fingerprint is None
     )

@@ -204,9 +204,7 @@ def artifact_function(native_artifact: Path) -> Iterator[tuple[str, set[str]]]:
 
 def test_the_artifact_imports_on_python313_with_nothing_else_on_the_path(native_artifact: Path) -> None:
     assert PYTHON313 is not None
-    code = (
-        "import sagestream.runtime, boto3, botocore, msgspec; print(sagestream.runtime.__file__, boto3.__file__)"
-    )
+    code = "import sagestream.runtime, boto3, botocore, msgspec; print(sagestream.runtime.__file__, boto3.__file__)"
     out = subprocess.run(
         [PYTHON313, "-S", "-c", code],  # -S: no site-packages, so every import must come from the artifact
         env={"PYTHONPATH": str(native_artifact), "PATH": os.environ.get("PATH", "")},

@@ -80,6 +80,7 @@ class OpenAIDialect(Dialect):
             raise DecodeError("answer has no choices")
         delta = _openai_choice(answer, usage_of(answer.get("usage"), "usage"))
         assert delta is not None  # choices is a non-empty list
+        delta.system_fingerprint = string(answer, "system_fingerprint", "answer")
         return delta
 
 
@@ -147,10 +148,11 @@ def _openai_choice(chunk: Mapping[str, Any], usage: Usage | None) -> Delta | Non
 class OpenAIStreamDecoder:
     """``chat.completion.chunk`` and ``text_completion`` events; ``[DONE]`` ends."""
 
-    __slots__ = ("done",)
+    __slots__ = ("done", "fingerprinted")
 
     def __init__(self) -> None:
         self.done = False
+        self.fingerprinted = False  # the answer's system_fingerprint was handed on (on its first delta)
 
     def decode(self, record: str) -> list[Delta]:
         record = record.strip()
@@ -160,6 +162,16 @@ class OpenAIStreamDecoder:
             self.done = True
             return []
         chunk = obj(load(record), "chunk")
+        if not self.fingerprinted and chunk.get("system_fingerprint") is not None:
+            # Every chunk repeats it: the first one's goes on, with the first delta (or alone).
+            self.fingerprinted = True
+            fingerprint = string(chunk, "system_fingerprint", "chunk")
+            deltas = self._decode(chunk) or [Delta()]
+            deltas[0].system_fingerprint = fingerprint
+            return deltas
+        return self._decode(chunk)
+
+    def _decode(self, chunk: dict[str, Any]) -> list[Delta]:
         text = _text_only(chunk)
         if text is not None:
             return [text]

@@ -189,3 +189,16 @@ def test_prompt_cache_key_carried_by_the_call_is_still_forwarded_to_an_openai_co
         request, prompt_template=None, stream=True, max_tokens_default=None, in_call=carried
     )
     assert body["prompt_cache_key"] == "conversation-1"
+
+
+def test_the_containers_system_fingerprint_comes_with_the_first_delta_only() -> None:
+    decoder = dialect_named("openai").stream_decoder()
+    first = {
+        "system_fingerprint": "vllm-0.32.0",
+        "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}],
+    }
+    text = {"system_fingerprint": "vllm-0.32.0", "choices": [{"index": 0, "delta": {"content": "Hi"}}]}
+    assert decoder.decode(json.dumps(first)) == [Delta(role="assistant", system_fingerprint="vllm-0.32.0")]
+    assert decoder.decode(json.dumps(text)) == [Delta("Hi")]
+    whole = {"system_fingerprint": "fp_1", "choices": [{"index": 0, "message": {"role": "assistant", "content": "x"}}]}
+    assert dialect_named("openai").decode_body(json.dumps(whole).encode()).system_fingerprint == "fp_1"

@@ -116,6 +116,8 @@ class ChunkEncoder:
         self.id = id if id is not None else _new_id(kind)
         self.created = created if created is not None else int(time.time())
         self.usage: Usage | None = None
+        # The container's, as its first delta brought it (vLLM's build); OpenAI's field, null when none came.
+        self.system_fingerprint: str | None = None
         self._padding = padding(pad_bytes)
         self._started = False
         # Cut when the second delta needs it, after the first one was written: not on the way to the first token.
@@ -138,6 +140,9 @@ class ChunkEncoder:
 
     def _encode(self, delta: Delta) -> bytes:
         """The general path: any delta, its chunk built as a dict and serialised whole."""
+        if delta.system_fingerprint is not None and delta.system_fingerprint != self.system_fingerprint:
+            self.system_fingerprint = delta.system_fingerprint
+            self._text_cut = False  # the text template is cut again, with it
         if delta.usage is not None:
             # Kept for the last chunk: vLLM may report usage on every chunk, OpenAI reports it once.
             self.usage = delta.usage
@@ -191,7 +196,7 @@ class ChunkEncoder:
             "object": "chat.completion.chunk" if self.kind == "chat" else "text_completion",
             "created": self.created,
             "model": self.model,
-            "system_fingerprint": None,
+            "system_fingerprint": self.system_fingerprint,
             "choices": choices,
         }
         if self.include_usage:
@@ -229,7 +234,7 @@ def completion_json(
             "object": "chat.completion" if kind == "chat" else "text_completion",
             "created": created if created is not None else int(time.time()),
             "model": model,
-            "system_fingerprint": None,
+            "system_fingerprint": delta.system_fingerprint,
             "choices": [choice],
             "usage": _usage(delta.usage) if delta.usage is not None else None,
         }

@@ -301,3 +301,15 @@ def test_completion_logprobs_go_out_on_text_chunks() -> None:
     assert chunk["choices"][0]["logprobs"] == logprobs
     parsed = Completion.model_validate(chunk).choices[0].logprobs
     assert parsed is not None and parsed.token_logprobs == [-1.0]
+
+
+def test_the_containers_system_fingerprint_is_on_every_chunk_and_the_whole_answer() -> None:
+    encoder = ChunkEncoder(model="m", kind="chat", include_usage=False)
+    events = [encoder.encode(Delta(role="assistant", system_fingerprint="vllm-0.32.0"))]
+    events += [encoder.encode(Delta(text)) for text in ("a", "b")]  # the second is the text fast path's
+    chunks = [ChatCompletionChunk.model_validate_json(event.removeprefix(b"data: ")) for event in events]
+    assert [c.system_fingerprint for c in chunks] == ["vllm-0.32.0"] * 3
+    whole = completion_json(Delta("x", finish_reason="stop", system_fingerprint="fp_1"), model="m", kind="chat")
+    assert ChatCompletion.model_validate_json(whole).system_fingerprint == "fp_1"
+    no_print = completion_json(Delta("x", finish_reason="stop"), model="m", kind="chat")
+    assert json.loads(no_print)["system_fingerprint"] is None  # OpenAI's field, null when the container sent none
