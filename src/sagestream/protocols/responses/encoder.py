@@ -40,7 +40,7 @@ from sagestream.protocols._wire import dumps, json_string, new_id, padding
 from sagestream.protocols.responses.sealing import seal
 
 if TYPE_CHECKING:
-    from sagestream.protocols.responses.request import ResponseCreateRequest
+    from sagestream.protocols.responses.models import ResponseCreateRequest
 
 __all__ = ["ResponsesEncoder", "response_json"]
 
