@@ -2,10 +2,10 @@
 
 ``openai/`` (chat completions, completions), ``anthropic/`` (Messages), ``responses/`` (the Responses API):
 each has ``request.py`` (a body read strictly into its request models, which are in ``models.py`` where they
-are many, and translated into the chat-shaped request the dialects speak), ``encoder.py`` (its streamed events and whole answers, from the relay's deltas) and, in its
-``__init__``, its :class:`ClientAPI` object. What they share is beside them: :mod:`._api` (the interface),
-:mod:`._wire` (JSON, SSE events, padding, ids), :mod:`._requests` (strict reading, limits, the 400 that names
-a field).
+are many, and translated into the chat-shaped request the dialects speak), ``encoder.py`` (its streamed events
+and whole answers, from the relay's deltas) and, in its ``__init__``, its :class:`ClientAPI` object and routes.
+What they share is beside them: :mod:`._api` (the interface), :mod:`._wire` (JSON, SSE events, padding, ids),
+:mod:`._requests` (strict reading, limits, the 400 that names a field).
 
 A new client protocol is one package here and one line each in :data:`APIS` and :data:`ROUTES`; the app
 serves every route in :data:`ROUTES` and knows no protocol by name.
