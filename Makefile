@@ -33,7 +33,7 @@ help:
 	@echo "make invoke    one event through a runtime process (EVENT=$(EVENT))"
 	@echo "make invoke-sam  the same event through sam local invoke (needs Docker)"
 	@echo "make build     sam build: the Lambda artifact in .aws-sam/build, no Docker needed"
-	@echo "make deploy    sam build and sam deploy --config-env $(ENV) (ENV=dev|prod|managed, see samconfig.toml)"
+	@echo "make deploy    sam build and sam deploy --config-env $(ENV) (ENV=dev|prod|managed|rest, see samconfig.toml)"
 	@echo "make bench     side-by-side benchmark, cold start and instruction counts into bench/results (QUICK=1: fewer runs)"
 	@echo "make measure   TTFT, bursts and cadence of a URL (URL=... RUNS=3 SIGV4=1 API_KEY=... PROMPT_CACHE_KEY=...)"
 	@echo "make verify    check a deployment: PASS/FAIL/UNKNOWN per behaviour (URL=... SIGV4=1 API_KEY=... ORIGIN=... LOG_GROUP=... MODEL=...)"
