@@ -18,6 +18,8 @@ INSTRUCTOR_VERSION := 1.17.0
 PORT ?= 3000
 # Invocations each runtime process takes at once: 1 is classic Lambda, more is Lambda Managed Instances.
 MAX_CONCURRENCY ?= 1
+# url: the local Function URL; rest: a stand-in of the API Gateway REST front (Front=RestApi; docs/deploy.md)
+FRONT ?= url
 EVENT ?= events/chat-stream.json
 ENV ?= dev
 # The SAM CLI reports usage to AWS unless told not to; builds and tests here talk to nobody.
@@ -26,14 +28,14 @@ export SAM_CLI_TELEMETRY ?= 0
 .PHONY: help install run test soak lint invoke invoke-sam build deploy bench measure verify settings-doc
 
 help:
-	@echo "make run       serve the function locally on the simulated endpoint (PORT=$(PORT) MAX_CONCURRENCY=$(MAX_CONCURRENCY))"
+	@echo "make run       serve the function locally on the simulated endpoint (PORT=$(PORT) MAX_CONCURRENCY=$(MAX_CONCURRENCY) FRONT=url|rest)"
 	@echo "make test      run the whole test suite"
 	@echo "make soak      2,000 invocations through one runtime process: fds, threads, RSS at start and end"
 	@echo "make lint      ruff, mypy, sam validate --lint"
 	@echo "make invoke    one event through a runtime process (EVENT=$(EVENT))"
 	@echo "make invoke-sam  the same event through sam local invoke (needs Docker)"
 	@echo "make build     sam build: the Lambda artifact in .aws-sam/build, no Docker needed"
-	@echo "make deploy    sam build and sam deploy --config-env $(ENV) (ENV=dev|prod|managed, see samconfig.toml)"
+	@echo "make deploy    sam build and sam deploy --config-env $(ENV) (ENV=dev|prod|managed|rest, see samconfig.toml)"
 	@echo "make bench     side-by-side benchmark, cold start and instruction counts into bench/results (QUICK=1: fewer runs)"
 	@echo "make measure   TTFT, bursts and cadence of a URL (URL=... RUNS=3 SIGV4=1 API_KEY=... PROMPT_CACHE_KEY=...)"
 	@echo "make verify    check a deployment: PASS/FAIL/UNKNOWN per behaviour (URL=... SIGV4=1 API_KEY=... ORIGIN=... LOG_GROUP=... MODEL=...)"
@@ -65,7 +67,7 @@ $(CARGO_LAMBDA_VENV)/.installed: Makefile
 	@touch $@
 
 run: install
-	$(PY) -m sagestream_local --port $(PORT) --max-concurrency $(MAX_CONCURRENCY)
+	$(PY) -m sagestream_local --port $(PORT) --max-concurrency $(MAX_CONCURRENCY) --front $(FRONT)
 
 # The openai npm package for tests/e2e/test_node_client.py, exactly as package-lock.json pins it.
 NODE_TESTS := tests/node/node_modules/.installed

@@ -6,7 +6,12 @@
   ``x-api-key: <key>``. The keys live in an SSM SecureString or a Secrets Manager secret named by
   ``API_KEYS_PARAMETER``, read through Powertools Parameters and cached for ``API_KEYS_MAX_AGE_S``; for
   local runs ``API_KEYS=k1,k2`` adds keys from the environment. A missing or wrong key is a 401 in the
-  OpenAI error shape, before anything is sent upstream.
+  OpenAI error shape, before anything is sent upstream. Behind an API Gateway REST front
+  (``API_KEY_SOURCE=gateway``, set by the template with ``Front=RestApi``) API Gateway has checked the
+  ``x-api-key`` against its own keys and usage plan before the function runs (a missing or wrong one is its
+  403, a caller past the plan's rate its 429); the function trusts that check, and the request's caller is
+  API Gateway's key id (:class:`sagestream.http.Request`), which the invocation record logs. A request
+  without an ``x-api-key`` header did not pass such a check and is refused as a missing key.
 - ``jwt``: a request carries the caller's own sign-in as ``Authorization: Bearer <JWT>``, verified against
   the OpenID Connect issuer ``JWT_ISSUER`` (see :mod:`sagestream.identity`, imported in this mode only).
 - ``none``: anyone with the URL may call; a warning is logged at init.
@@ -125,6 +130,7 @@ class Authenticator:
 
     def __init__(self, config: Config, sources: Mapping[Store, KeySource] | None = None) -> None:
         self.mode = config.auth_mode
+        self.gateway_checked = config.auth_mode == "api_key" and config.api_key_source == "gateway"
         self.max_age_s = config.api_keys_max_age_s
         self.parameter = config.api_keys_parameter
         self._store, self._name = store_of(self.parameter or "")
@@ -144,6 +150,11 @@ class Authenticator:
         if self.verifier is not None:
             return self.verifier.check(headers)
         if self.mode != "api_key":
+            return None
+        if self.gateway_checked:
+            # API Gateway has compared the key; it passes the header on, so its absence means no gateway did.
+            if not headers.get("x-api-key", "").strip():
+                raise APIError.unauthorized("Missing API key. Send it as an 'x-api-key' header.")
             return None
         presented = presented_keys(headers)
         if not presented:

@@ -212,6 +212,7 @@ class Config(msgspec.Struct, frozen=True):
     auth_mode: str = "iam"
     api_keys_parameter: str | None = None
     api_keys: tuple[str, ...] = ()
+    api_key_source: str = "function"  # "gateway": an API Gateway REST front checked the key (sagestream.auth)
     api_keys_max_age_s: int = 300
     # AUTH_MODE=jwt (sagestream.identity): the issuer, the audiences (aud, or Cognito's client_id), scopes.
     jwt_issuer: str | None = None
@@ -350,8 +351,10 @@ def check_extra_request_fields(extra_fields: frozenset[str]) -> None:
 
 
 def check_api_key_mode(values: Mapping[str, Any]) -> None:
-    """``AUTH_MODE=api_key`` needs somewhere to read keys from."""
-    if values["AUTH_MODE"] == "api_key" and values["API_KEYS_PARAMETER"] is None and not values["API_KEYS"]:
+    """``AUTH_MODE=api_key`` needs somewhere to read keys from, unless API Gateway checks them."""
+    if values["AUTH_MODE"] != "api_key" or values["API_KEY_SOURCE"] == "gateway":
+        return  # behind a REST front API Gateway holds the keys
+    if values["API_KEYS_PARAMETER"] is None and not values["API_KEYS"]:
         raise ConfigError(
             "AUTH_MODE=api_key needs API_KEYS_PARAMETER (an SSM SecureString or a Secrets Manager secret "
             "holding the keys), or API_KEYS for a local run"

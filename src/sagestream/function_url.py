@@ -1,5 +1,8 @@
 """The Function URL's side of the wire: the event Lambda hands the function, and the response prelude.
 
+The REST front's event (API Gateway's payload 1.0) is built here too (:func:`build_rest_event`): its
+streaming integration frames the response with the same prelude.
+
 One home for both (invariant 5 of docs/architecture.md): the streaming runtime encodes
 the prelude, the local Function URL front (``sagestream_local``) builds events and decodes preludes, and
 both use this module.
@@ -215,20 +218,107 @@ def build_event(
     if query:
         event["queryStringParameters"] = query
     if body:
-        if _is_text(joined.get("content-type", "")):
-            try:
-                event["body"] = body.decode("utf-8")
-            except UnicodeDecodeError:
-                event["body"] = base64.b64encode(body).decode()
-                event["isBase64Encoded"] = True
-        else:
-            event["body"] = base64.b64encode(body).decode()
-            event["isBase64Encoded"] = True
+        event["body"], event["isBase64Encoded"] = _encoded(body, joined.get("content-type", ""))
     return event
 
 
+def build_rest_event(
+    *,
+    method: str,
+    raw_path: str,
+    raw_query: str,
+    headers: Iterable[tuple[str, str]],
+    body: bytes,
+    source_ip: str,
+    stage: str = "api",
+    domain: str = "localhost",
+    api_key: str | None = None,
+    api_key_id: str | None = None,
+    now: float | None = None,
+    request_id: str | None = None,
+) -> dict[str, Any]:
+    """An API Gateway REST API's Lambda proxy event (payload format 1.0) for a ``{proxy+}`` resource with the
+    stage mapped at the domain's root, as AWS's guide ("Input format of a Lambda function for proxy
+    integration") documents it.
+
+    Header names keep their case; ``headers`` and ``queryStringParameters`` carry the last value of a
+    repeated name, ``multiValueHeaders`` and ``multiValueQueryStringParameters`` every value; maps with nothing
+    in them are ``null``. A body that is not text travels base64-encoded (API Gateway does so for the binary
+    media types it is told of; the template's streaming integration passes bodies through).
+    """
+    now = time.time() if now is None else now
+    multi_headers: dict[str, list[str]] = {}
+    for name, value in headers:
+        multi_headers.setdefault(name, []).append(value)
+    multi_query: dict[str, list[str]] = {}
+    for key, value in parse_qsl(raw_query, keep_blank_values=True):
+        multi_query.setdefault(key, []).append(value)
+    lower = {k.lower(): v[-1] for k, v in multi_headers.items()}
+    moment = datetime.fromtimestamp(now, UTC)
+    request_id = request_id or str(uuid.uuid4())
+    root = raw_path in ("", "/")
+    event: dict[str, Any] = {
+        "resource": "/" if root else "/{proxy+}",
+        "path": raw_path or "/",
+        "httpMethod": method.upper(),
+        "headers": {k: v[-1] for k, v in multi_headers.items()} or None,
+        "multiValueHeaders": multi_headers or None,
+        "queryStringParameters": {k: v[-1] for k, v in multi_query.items()} or None,
+        "multiValueQueryStringParameters": multi_query or None,
+        "pathParameters": None if root else {"proxy": raw_path.lstrip("/")},
+        "stageVariables": None,
+        "requestContext": {
+            "resourceId": "local0",
+            "resourcePath": "/" if root else "/{proxy+}",
+            "httpMethod": method.upper(),
+            "extendedRequestId": request_id,
+            "requestTime": moment.strftime("%d/%b/%Y:%H:%M:%S +0000"),
+            "path": f"/{stage}{raw_path or '/'}",
+            "accountId": "123456789012",
+            "protocol": "HTTP/1.1",
+            "stage": stage,
+            "domainPrefix": domain.split(".", 1)[0],
+            "requestTimeEpoch": int(now * 1000),
+            "requestId": request_id,
+            "identity": {
+                "cognitoIdentityPoolId": None,
+                "accountId": None,
+                "cognitoIdentityId": None,
+                "caller": None,
+                "sourceIp": source_ip,
+                "principalOrgId": None,
+                "accessKey": None,
+                "cognitoAuthenticationType": None,
+                "cognitoAuthenticationProvider": None,
+                "userArn": None,
+                "userAgent": lower.get("user-agent", ""),
+                "user": None,
+                "apiKey": api_key,
+                "apiKeyId": api_key_id,
+            },
+            "domainName": domain,
+            "apiId": domain.split(".", 1)[0],
+        },
+        "body": None,
+        "isBase64Encoded": False,
+    }
+    if body:
+        event["body"], event["isBase64Encoded"] = _encoded(body, lower.get("content-type", ""))
+    return event
+
+
+def _encoded(body: bytes, content_type: str) -> tuple[str, bool]:
+    """An event's body and its base64 flag: text as it is, anything else (or text that is not UTF-8) base64."""
+    if _is_text(content_type):
+        try:
+            return body.decode("utf-8"), False
+        except UnicodeDecodeError:
+            pass
+    return base64.b64encode(body).decode(), True
+
+
 def event_body(event: Mapping[str, Any]) -> bytes:
-    """The request body of a Function URL event as bytes, undoing the base64 Lambda may have applied."""
+    """The request body of a Function URL or REST event as bytes, undoing the base64 Lambda may have applied."""
     body = event.get("body")
     if not body:
         return b""

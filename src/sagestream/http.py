@@ -1,6 +1,7 @@
 """The HTTP side of an invocation, whatever front sent it: the request, the response's writer, and routes.
 
-:class:`Request` is what the routes need of the event; :class:`Writer` starts the response with its first
+:class:`Request` is what the routes need of the event (a Function URL's payload 2.0 or an API Gateway REST
+API's payload 1.0, read alike); :class:`Writer` starts the response with its first
 chunk and writes each one; a :class:`Route` is one path (or, with ``prefix``, every path under it), its
 methods and its handler, as in Starlette: an unknown path is a 404, a known path with the wrong method a 405
 naming the allowed ones, and ``HEAD`` answers on every ``GET`` route as ``GET`` does, without the body.
@@ -12,6 +13,10 @@ Example::
     >>> request = Request.from_event({"rawPath": "/health", "requestContext": {"http": {"method": "get"}}})
     >>> request.method, request.path
     ('GET', '/health')
+    >>> rest = Request.from_event({"httpMethod": "POST", "resource": "/{proxy+}", "path": "/prod-api/v1/models",
+    ...                            "pathParameters": {"proxy": "v1/models"}})
+    >>> rest.method, rest.path
+    ('POST', '/v1/models')
     >>> Route("/health", ("GET",), lambda app, call: None).methods
     ('GET', 'HEAD')
 """
@@ -43,35 +48,97 @@ JSON_HEADERS = {"content-type": "application/json", "x-content-type-options": "n
 
 
 class Request(msgspec.Struct, frozen=True):
-    """What the routes need of a Function URL event (payload format 2.0).
+    """What the routes need of the event, whichever front sent it: a Function URL's (payload format 2.0) or
+    an API Gateway REST API's Lambda proxy integration (payload format 1.0, what a streaming REST front sends:
+    AWS's "Set up a Lambda proxy integration with payload response streaming" says the input format is the
+    proxy integration's own).
+
+    Both read into the same fields the same way: header names lower-cased, a repeated header or query
+    parameter one value joined with commas (as the Function URL joins them itself), the body as bytes.
 
     Read as the plain mapping it is: Powertools' event data class would cost the cold start its whole
     ``data_classes`` package (every event type AWS has, about a tenth of a bare boto3 client's import) for
-    three fields.
+    a few fields.
     """
 
     method: str
     path: str
     headers: Mapping[str, str]
     body: bytes
-    url_request_id: str | None = None
-    caller: str | None = None  # the signing IAM principal, when the Function URL checked one
+    url_request_id: str | None = None  # the front's own request id (the URL's or API Gateway's)
+    # Who the front says called: the signing IAM principal (AWS_IAM on either front), or, behind a REST front
+    # that checked an API key, ``apikey:<API Gateway's key id>`` (the key itself never reaches a log).
+    caller: str | None = None
     query: Mapping[str, str] = msgspec.field(default_factory=dict)
+    source_ip: str | None = None
+    api_key_id: str | None = None  # API Gateway's id of the key it checked (REST front, AUTH_MODE=api_key)
 
     @classmethod
     def from_event(cls, event: Mapping[str, Any]) -> Request:
-        context = event.get("requestContext") or {}
-        http = context.get("http") or {}
-        iam = (context.get("authorizer") or {}).get("iam") or {}
-        return cls(
-            method=str(http.get("method") or "GET").upper(),
-            path=str(event.get("rawPath") or http.get("path") or "/"),
-            headers={str(k).lower(): str(v) for k, v in (event.get("headers") or {}).items()},
-            body=event_body(event),
-            url_request_id=context.get("requestId"),
-            caller=iam.get("userArn") or None,
-            query={str(k): str(v) for k, v in (event.get("queryStringParameters") or {}).items()},
-        )
+        # Only payload 1.0 has httpMethod at the top (API Gateway's REST events carry no "version" key).
+        return _from_rest(event) if "httpMethod" in event else _from_url(event)
+
+
+def _from_url(event: Mapping[str, Any]) -> Request:
+    """A Function URL's event (payload format 2.0)."""
+    context = event.get("requestContext") or {}
+    http = context.get("http") or {}
+    iam = (context.get("authorizer") or {}).get("iam") or {}
+    return Request(
+        method=str(http.get("method") or "GET").upper(),
+        path=str(event.get("rawPath") or http.get("path") or "/"),
+        headers={str(k).lower(): str(v) for k, v in (event.get("headers") or {}).items()},
+        body=event_body(event),
+        url_request_id=context.get("requestId"),
+        caller=iam.get("userArn") or None,
+        query={str(k): str(v) for k, v in (event.get("queryStringParameters") or {}).items()},
+        source_ip=http.get("sourceIp") or None,
+    )
+
+
+def _from_rest(event: Mapping[str, Any]) -> Request:
+    """An API Gateway REST proxy event (payload format 1.0).
+
+    The multi-value maps are read first: the single-value ones keep only the last of repeated values.
+    """
+    context = event.get("requestContext") or {}
+    identity = context.get("identity") or {}
+    key_id = identity.get("apiKeyId") or None
+    return Request(
+        method=str(event.get("httpMethod") or "GET").upper(),
+        path=_rest_path(event),
+        headers=_joined(event.get("multiValueHeaders"), event.get("headers"), lower=True),
+        body=event_body(event),
+        url_request_id=context.get("requestId"),
+        caller=identity.get("userArn") or (f"apikey:{key_id}" if key_id else None),
+        query=_joined(event.get("multiValueQueryStringParameters"), event.get("queryStringParameters")),
+        source_ip=identity.get("sourceIp") or None,
+        api_key_id=key_id,
+    )
+
+
+def _rest_path(event: Mapping[str, Any]) -> str:
+    """The path under the API's root: the ``{proxy+}`` parameter where the greedy resource matched, since the
+    event's ``path`` may carry a custom domain's base path mapping too (Mangum's ``api_gateway_base_path``
+    exists to strip it); the root resource is ``/``."""
+    proxy = (event.get("pathParameters") or {}).get("proxy")
+    if event.get("resource") == "/{proxy+}" and proxy is not None:
+        return "/" + str(proxy).lstrip("/")
+    if event.get("resource") == "/":
+        return "/"
+    return str(event.get("path") or "/")
+
+
+def _joined(
+    multi: Mapping[str, Any] | None, single: Mapping[str, Any] | None, *, lower: bool = False
+) -> dict[str, str]:
+    """One value per name: a multi-value map's values joined with commas, else the single-value map's."""
+    out: dict[str, str] = {}
+    for source, many in ((single or {}, False), (multi or {}, True)):  # multi last: it wins where both have a name
+        for name, value in source.items():
+            key = str(name).lower() if lower else str(name)
+            out[key] = ",".join(str(v) for v in value) if many and isinstance(value, list) else str(value)
+    return out
 
 
 class Writer:

@@ -341,6 +341,15 @@ SETTINGS: tuple[Setting, ...] = (
         value_doc="SSM parameter or secret name",
     ),
     Setting(
+        "API_KEY_SOURCE",
+        "choice",
+        "`api_key` mode: who checks the key: `function` (against `API_KEYS_PARAMETER`), or `gateway` (an API "
+        "Gateway REST front's keys and usage plan did; the template sets it with `Front=RestApi`)",
+        default="function",
+        field="api_key_source",
+        choices=("function", "gateway"),
+    ),
+    Setting(
         "API_KEYS_MAX_AGE_S",
         "whole",
         "how long the keys read from it are cached",

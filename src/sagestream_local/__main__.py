@@ -16,6 +16,7 @@ import sys
 from types import FrameType
 
 from sagestream_local.function_url import IDLE_TIMEOUT_S
+from sagestream_local.rest_front import THROTTLE_BURST, THROTTLE_RATE
 from sagestream_local.stack import LocalStack
 
 
@@ -36,6 +37,24 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         default=IDLE_TIMEOUT_S,
         help=f"seconds a client connection may idle, or stop reading, before it is closed (default {IDLE_TIMEOUT_S:g})",
+    )
+    parser.add_argument(
+        "--front",
+        choices=("url", "rest"),
+        default="url",
+        help="url: a local Function URL (default); rest: a stand-in of the API Gateway REST front (Front=RestApi)",
+    )
+    parser.add_argument(
+        "--throttle-rate",
+        type=float,
+        default=THROTTLE_RATE,
+        help=f"--front rest with API_KEYS: requests per second per key (default {THROTTLE_RATE:g})",
+    )
+    parser.add_argument(
+        "--throttle-burst",
+        type=int,
+        default=THROTTLE_BURST,
+        help=f"--front rest with API_KEYS: the burst per key (default {THROTTLE_BURST})",
     )
     args = parser.parse_args(argv)
     # Signal handlers run in the main thread between two bytecodes, wherever it is: one that takes a lock
@@ -58,6 +77,9 @@ def main(argv: list[str] | None = None) -> int:
         timeout_s=args.timeout,
         verbose=args.verbose,
         idle_timeout_s=args.idle_timeout,
+        front=args.front,
+        throttle_rate=args.throttle_rate,
+        throttle_burst=args.throttle_burst,
     )
     if stack.upstream == "simulated" and "PREFIX_AWARE_ROUTING" not in os.environ:
         # The simulated endpoint routes by prefix (a repeated prompt_cache_key gets its first token sooner),
@@ -65,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
         stack.env["PREFIX_AWARE_ROUTING"] = "true"
     stack.start()
     model = stack.env.get("MODEL_ID") or stack.env.get("SAGEMAKER_ENDPOINT_NAME") or "those of MODELS"
-    print(f"sagestream: serving {stack.url}  (model {model!r}, upstream: {stack.upstream})", flush=True)
+    front = "REST API stand-in" if stack.gateway is not None else "Function URL"
+    print(f"sagestream: serving {stack.url}  ({front}, model {model!r}, upstream: {stack.upstream})", flush=True)
     print(f"  chat page:  {stack.url}/", flush=True)
     if stack.endpoint is not None:
         print(f"  endpoint:   {stack.endpoint.url}/_sim/records  (what each SageMaker call carried)", flush=True)

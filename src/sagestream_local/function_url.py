@@ -364,7 +364,7 @@ class _FrontHandler(NoDelayHandler):
                 status, headers, answer_body = answer
                 self._answer(status, answer_body, headers)
                 return
-        event = build_event(
+        event = front.build_event(
             method=self.command,
             raw_path=raw_path,
             raw_query=raw_query,
@@ -491,8 +491,11 @@ class FunctionURL:
         verbose: bool = False,
         idle_timeout_s: float = IDLE_TIMEOUT_S,
         max_connections: int = MAX_CONNECTIONS,
+        event_builder: Callable[..., dict[str, Any]] = build_event,
     ) -> None:
         self.pool = pool
+        # What a request becomes: the URL's payload 2.0 event, or another front's (sagestream_local.rest_front).
+        self.build_event = event_builder
         self.max_connections = max_connections
         self.interceptor = interceptor
         self._response_headers = response_headers

@@ -52,7 +52,8 @@ __all__ = ["BURST_GAP_MS", "Run", "StreamReader", "chat_body", "measure", "regio
 
 BURST_GAP_MS = 1.0
 _RECV = 65536
-_URL_REGION = re.compile(r"\.lambda-url\.([a-z0-9-]+)\.on\.aws$")
+# A Function URL's host, or an API Gateway REST API's execute-api one (Front=RestApi).
+_URL_REGION = re.compile(r"\.(?:lambda-url\.([a-z0-9-]+)\.on\.aws|execute-api\.([a-z0-9-]+)\.amazonaws\.com)$")
 
 
 class StreamReader:
@@ -223,13 +224,14 @@ def _quantile(values: list[float], q: float) -> float:
 def region_of(url: str) -> str | None:
     """The region of a Function URL (``https://<id>.lambda-url.<region>.on.aws/``), else None."""
     match = _URL_REGION.search(urlsplit(url).hostname or "")
-    return match[1] if match else None
+    return (match[1] or match[2]) if match else None
 
 
 def signed_headers(
     url: str, body: bytes, headers: Mapping[str, str], region: str | None = None, method: str = "POST"
 ) -> dict[str, str]:
-    """``headers`` plus a SigV4 signature (service ``lambda``) made with the caller's AWS credentials."""
+    """``headers`` plus a SigV4 signature made with the caller's AWS credentials: for service ``lambda`` (a
+    Function URL), or ``execute-api`` where the URL is an API Gateway one (``Front=RestApi`` with ``iam``)."""
     import botocore.auth
     import botocore.awsrequest
     import botocore.session
@@ -242,8 +244,16 @@ def signed_headers(
     if not region:
         raise SystemExit("--sigv4: the URL names no region and the AWS configuration has none; pass --region")
     request = botocore.awsrequest.AWSRequest(method=method, url=url, data=body, headers=dict(headers))
-    botocore.auth.SigV4Auth(credentials.get_frozen_credentials(), "lambda", region).add_auth(request)
+    service = "execute-api" if ".execute-api." in (urlsplit(url).hostname or "") else "lambda"
+    botocore.auth.SigV4Auth(credentials.get_frozen_credentials(), service, region).add_auth(request)
     return {k: str(v) for k, v in request.headers.items()}
+
+
+def key_headers(api_key: str | None) -> dict[str, str]:
+    """The key both ways: ``Authorization: Bearer`` (the function's own check reads either) and ``x-api-key``
+    (the one header API Gateway's key check reads, behind ``Front=RestApi``), so one ``--api-key`` fits either
+    front."""
+    return {"Authorization": f"Bearer {api_key}", "x-api-key": api_key} if api_key else {}
 
 
 def chat_body(prompt: str, max_tokens: int | None, model: str | None, prompt_cache_key: str | None = None) -> bytes:
@@ -284,8 +294,7 @@ def stream_chat(
     host_header = parts.hostname if parts.port is None else f"{parts.hostname}:{parts.port}"
     started = time.monotonic_ns()
     request_headers = {"Host": host_header, "Content-Type": "application/json", "Accept": "text/event-stream"}
-    if api_key:
-        request_headers["Authorization"] = f"Bearer {api_key}"
+    request_headers.update(key_headers(api_key))
     request_headers.update(headers or {})
     if sigv4:
         request_headers = signed_headers(f"{parts.scheme}://{host_header}{path}", body, request_headers, region)

@@ -1,5 +1,9 @@
 """The whole local chain in one object: simulated endpoint → runtime processes → local Function URL.
 
+``front="rest"`` puts a stand-in of the API Gateway REST front there instead
+(:mod:`sagestream_local.rest_front`): with ``AUTH_MODE=api_key`` it holds the keys of ``API_KEYS`` as API
+Gateway does, and the function trusts its check (``API_KEY_SOURCE=gateway``), as the template sets it.
+
 ``make run``, ``make invoke``, the end-to-end tests and the benchmark all start it the same way.
 
 Which upstream the runtime processes call:
@@ -33,6 +37,7 @@ from sagestream_local.dynamodb import LocalDynamoDB
 from sagestream_local.endpoint import Scenario, SimulatedEndpoint
 from sagestream_local.function_url import IDLE_TIMEOUT_S, FunctionURL
 from sagestream_local.oidc import LocalIssuer
+from sagestream_local.rest_front import THROTTLE_BURST, THROTTLE_RATE, ApiGateway, UsagePlan, rest_front
 from sagestream_local.runtime_api import Pool
 
 SIM_ENDPOINT_NAME = "sagestream-sim"
@@ -64,6 +69,9 @@ class LocalStack:
         verbose: bool = False,
         stdout: int | IO[Any] | None = None,
         idle_timeout_s: float = IDLE_TIMEOUT_S,
+        front: str = "url",
+        throttle_rate: float = THROTTLE_RATE,
+        throttle_burst: int = THROTTLE_BURST,
     ) -> None:
         merged = {**os.environ, **(env or {})}
         # The Function URL's CORS answers, from the setting the template gives the deployed one.
@@ -71,6 +79,15 @@ class LocalStack:
         self.env: dict[str, str] = {"SERVE_UI": "true", **dict(env or {})}
         if merged.get("API_KEYS") and not merged.get("AUTH_MODE"):
             self.env["AUTH_MODE"] = "api_key"  # `make run API_KEYS=k1,k2`: local keys mean the keys are checked
+        if front not in ("url", "rest"):
+            raise ValueError(f"front {front!r}: expected url or rest")
+        self.gateway: ApiGateway | None = None
+        if front == "rest":
+            keyed = (self.env.get("AUTH_MODE") or merged.get("AUTH_MODE") or "").lower() == "api_key"
+            keys = [k.strip() for k in (merged.get("API_KEYS") or "").split(",") if k.strip()] if keyed else []
+            self.gateway = ApiGateway(keys, UsagePlan(throttle_rate, throttle_burst))
+            if keyed:
+                self.env["API_KEY_SOURCE"] = "gateway"  # as the template sets it with Front=RestApi
         self.issuer: LocalIssuer | None = None
         if (merged.get("AUTH_MODE") or "").lower() == "jwt" and not merged.get("JWT_ISSUER"):
             self.issuer = LocalIssuer()
@@ -132,14 +149,15 @@ class LocalStack:
             self.env["NO_PROXY"] = ",".join(filter(None, [os.environ.get("NO_PROXY"), "127.0.0.1", "localhost"]))
             self.upstream = f"simulated endpoint at {self.endpoint.url}"
         try:
-            self.front = FunctionURL(
-                Pool(env=self.env, **self._pool_args),  # type: ignore[arg-type]
-                port=self._port,
-                interceptor=self.cors.preflight,
-                response_headers=self.cors.headers,
-                verbose=self._verbose,
-                idle_timeout_s=self._idle_timeout_s,
-            )
+            pool = Pool(env=self.env, **self._pool_args)  # type: ignore[arg-type]
+            common = {"port": self._port, "verbose": self._verbose, "idle_timeout_s": self._idle_timeout_s}
+            if self.gateway is not None:
+                # The template configures no CORS on the REST API: preflights go to the function.
+                self.front = rest_front(pool, self.gateway, **common)
+            else:
+                self.front = FunctionURL(
+                    pool, interceptor=self.cors.preflight, response_headers=self.cors.headers, **common
+                )
         except OSError:
             self.stop()
             raise

@@ -21,6 +21,10 @@ sent, what came back, and why that is a pass or a failure; UNKNOWN says what was
   145): a FAIL here is that, and ``MaxTokensLimit`` is then what bounds the waste. Without a log group,
   AWS credentials or a request id: UNKNOWN, with the reason.
 
+A REST front (``Front=RestApi``; the stack's ``Url`` output) is checked the same way: ``--api-key`` goes as
+``x-api-key`` (the header API Gateway's key check reads) as well as ``Authorization: Bearer``, and ``--sigv4``
+signs for ``execute-api`` on an execute-api host. Its refusal without a key is API Gateway's 403.
+
 Without ``--model`` the checks send the first model ``/v1/models`` lists (a deployment with several models
 refuses a request without one), or none when that list cannot be read. A check refused with 401 (or 403)
 when no credentials were given is UNKNOWN ("needs a key"), not a FAIL: the deployment asked for what it should.
@@ -49,7 +53,15 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-from sagestream_local.measure import BURST_GAP_MS, Run, chat_body, region_of, signed_headers, stream_chat
+from sagestream_local.measure import (
+    BURST_GAP_MS,
+    Run,
+    chat_body,
+    key_headers,
+    region_of,
+    signed_headers,
+    stream_chat,
+)
 
 __all__ = [
     "FAIL",
@@ -141,8 +153,8 @@ def send(
     host = parts.netloc
     full_path = target.path(path)
     request_headers = {"Host": host, **(headers or {})}
-    if authenticate and target.api_key:
-        request_headers["Authorization"] = f"Bearer {target.api_key}"
+    if authenticate:
+        request_headers.update(key_headers(target.api_key))
     if authenticate and target.sigv4:
         request_headers = signed_headers(
             f"{parts.scheme}://{host}{full_path}", body, request_headers, target.region, method=method
@@ -521,10 +533,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m sagestream_local.verify", description=(__doc__ or "").split("\n")[0]
     )
-    parser.add_argument("url", help="the Function URL (or http://127.0.0.1:3000 under make run)")
+    parser.add_argument(
+        "url", help="the stack's Url output: a Function URL or a REST API's (or http://127.0.0.1:3000 under make run)"
+    )
     parser.add_argument("--sigv4", action="store_true", help="sign for an AWS_IAM Function URL (service lambda)")
     parser.add_argument("--region", default=None, help="region for signing and logs (default: from the URL)")
-    parser.add_argument("--api-key", default=None, help="send Authorization: Bearer KEY (AUTH_MODE=api_key)")
+    parser.add_argument(
+        "--api-key", default=None, help="send Authorization: Bearer KEY and x-api-key: KEY (AUTH_MODE=api_key)"
+    )
     parser.add_argument("--origin", default=None, help="the browser origin whose CORS preflight to check")
     parser.add_argument("--log-group", default=None, help="the function's CloudWatch Logs group")
     parser.add_argument(

@@ -56,6 +56,15 @@ def test_measure_signs_for_lambda_with_the_callers_credentials(monkeypatch: pyte
     headers = measure.signed_headers(url, b"{}", {"Host": "abc123.lambda-url.eu-west-1.on.aws"})
     assert "/eu-west-1/lambda/aws4_request" in headers["Authorization"]
     assert headers["X-Amz-Security-Token"] == "token" and headers["X-Amz-Date"]
+    # Front=RestApi with AuthMode iam: the REST API's AWS_IAM wants execute-api signatures, its region from the host.
+    rest = "https://a1b2c3d4e5.execute-api.us-west-2.amazonaws.com/prod/v1/chat/completions"
+    headers = measure.signed_headers(rest, b"{}", {"Host": "a1b2c3d4e5.execute-api.us-west-2.amazonaws.com"})
+    assert "/us-west-2/execute-api/aws4_request" in headers["Authorization"]
+
+
+def test_a_key_goes_as_a_bearer_token_and_as_x_api_key_so_it_fits_either_front() -> None:
+    assert measure.key_headers("sk-1") == {"Authorization": "Bearer sk-1", "x-api-key": "sk-1"}
+    assert measure.key_headers(None) == {}
 
 
 def test_stream_reader_counts_deltas_however_the_bytes_are_cut() -> None:

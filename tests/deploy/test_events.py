@@ -1,4 +1,5 @@
-"""events/: real Function URL events (payload 2.0), shaped as the local front shapes them, and `make invoke`."""
+"""events/: real Function URL events (payload 2.0), shaped as the local front shapes them, a REST API proxy
+event (payload 1.0, `rest-*.json`), and `make invoke`."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aws_lambda_powertools.utilities.parser.models import LambdaFunctionUrlModel
+from aws_lambda_powertools.utilities.parser.models import APIGatewayProxyEventModel, LambdaFunctionUrlModel
 
 from sagestream.function_url import build_event, event_body
 from sagestream_local.function_url import FunctionURL
@@ -20,7 +21,9 @@ from tests.client import request
 from tests.conftest import PYTHONPATH
 from tests.deploy.conftest import ROOT
 
-EVENTS = sorted((ROOT / "events").glob("*.json"))
+ALL_EVENTS = sorted((ROOT / "events").glob("*.json"))
+REST_EVENTS = [p for p in ALL_EVENTS if p.stem.startswith("rest-")]
+EVENTS = [p for p in ALL_EVENTS if p not in REST_EVENTS]  # the Function URL's
 # What each event answers through `make invoke` (the simulated endpoint speaking the dialect it needs).
 EXPECTED: dict[str, tuple[int, dict[str, str]]] = {
     "chat-stream": (200, {}),
@@ -29,6 +32,7 @@ EXPECTED: dict[str, tuple[int, dict[str, str]]] = {
     "models": (200, {}),
     "malformed-body": (400, {}),
     "unknown-route": (404, {}),
+    "rest-chat": (200, {}),
 }
 # Lambda adds requestContext.authorizer only for an AWS_IAM-authenticated caller; the local front, like a
 # URL with AuthType NONE, authenticates nobody.
@@ -47,7 +51,17 @@ def shape(event: dict[str, Any]) -> tuple[frozenset[str], frozenset[str], frozen
 
 
 def test_there_is_an_event_for_every_case() -> None:
-    assert {p.stem for p in EVENTS} == set(EXPECTED)
+    assert {p.stem for p in ALL_EVENTS} == set(EXPECTED) and REST_EVENTS
+
+
+@pytest.mark.parametrize("path", REST_EVENTS, ids=lambda p: p.stem)
+def test_each_rest_event_is_an_api_gateway_proxy_event(path: Path) -> None:
+    event = load(path)
+    parsed = APIGatewayProxyEventModel.model_validate(event)
+    assert parsed.resource == "/{proxy+}" and parsed.pathParameters is not None
+    assert parsed.path == "/" + parsed.pathParameters["proxy"]
+    assert parsed.requestContext.path == f"/{parsed.requestContext.stage}{parsed.path}"
+    assert parsed.multiValueHeaders is not None and set(parsed.multiValueHeaders) == set(parsed.headers)
 
 
 @pytest.mark.parametrize("path", EVENTS, ids=lambda p: p.stem)
@@ -115,7 +129,7 @@ def _invoke(event: Path, **env: str) -> subprocess.Popen[bytes]:
 @pytest.fixture(scope="module")
 def invoked() -> dict[str, tuple[int, bytes, str]]:
     """Every event through `python -m sagestream_local.invoke`, all at once (each starts its own stack)."""
-    running = {path.stem: _invoke(path, **EXPECTED[path.stem][1]) for path in EVENTS}
+    running = {path.stem: _invoke(path, **EXPECTED[path.stem][1]) for path in ALL_EVENTS}
     running["handler-fails"] = _invoke(ROOT / "events" / "models.json", _HANDLER="tests.handlers.fails")
     results = {}
     for name, process in running.items():
@@ -132,7 +146,7 @@ def test_make_invoke_prints_the_body_to_stdout_and_the_status_to_stderr(
     status = EXPECTED[name][0]
     assert code == 0, log
     assert f"HTTP {status}\n" in log
-    if name in ("chat-stream", "completion-native"):
+    if name in ("chat-stream", "completion-native", "rest-chat"):
         assert body.startswith(b"data: {") and body.endswith(b"data: [DONE]\n\n"), body[-200:]
     else:
         payload = json.loads(body)  # nothing but the body: the function's own log records went to stderr

@@ -44,7 +44,9 @@ def test_the_page_client_is_public_with_the_code_flow_back_to_the_function_url(t
     props = client["Properties"]
     assert props["GenerateSecret"] is False, "a secret in a page is no secret"
     assert props["AllowedOAuthFlows"] == ["code"]
-    url = {"Fn::GetAtt": ["SageStreamFunctionUrl", "FunctionUrl"]}
+    # Back to the URL to call, whichever front: the same value as the Url output.
+    url = template["Outputs"]["Url"]["Value"]
+    assert url["Fn::If"][:2] == ["UrlFront", {"Fn::GetAtt": ["SageStreamFunctionUrl", "FunctionUrl"]}]
     assert props["CallbackURLs"] == [url] and props["LogoutURLs"] == [url]
     assert "sagestream/invoke" in props["AllowedOAuthScopes"]
 

@@ -234,3 +234,41 @@ def test_without_a_key_a_keyed_deployment_is_unknown_needs_a_key_not_a_fail(seve
     for name in ("streaming", "bad_json", "unknown_model", "disconnect"):
         assert checks[name].status == UNKNOWN and "needs a key" in checks[name].evidence, checks[name]
     assert FAIL not in {c.status for c in checks.values()}
+
+
+# --- a REST front (Front=RestApi): make verify with the key as x-api-key -------------------------------------
+
+
+@pytest.fixture(scope="module")
+def rest_front() -> Iterator[Deployed]:
+    read_fd, write_fd = os.pipe()
+    out = Output()
+    reader = threading.Thread(target=out.read, args=(read_fd,), daemon=True)
+    reader.start()
+    stack = LocalStack(
+        port=0,
+        concurrency=2,
+        timeout_s=60.0,
+        env={"PYTHONPATH": PYTHONPATH, "UPSTREAM_READ_TIMEOUT_S": "2", "UPSTREAM_MAX_ATTEMPTS": "1", "API_KEYS": KEY},
+        scenario=Scenario(dialect="openai", ttft_ms=5, cadence_ms=20, tokens=30, non_ascii=0.0),
+        upstream="simulated",
+        stdout=write_fd,
+        front="rest",
+        throttle_rate=100.0,
+        throttle_burst=100,
+    ).start()
+    try:
+        yield Deployed(stack, out)
+    finally:
+        stack.stop()
+        os.close(write_fd)
+        reader.join(5)
+
+
+def test_make_verify_checks_a_rest_front_as_it_checks_a_url(rest_front: Deployed) -> None:
+    checks = {c.name: c for c in verify(rest_front.target, logs=rest_front.logs, wait_s=10)}
+    for name in ("streaming", "bad_json", "unknown_model", "no_credentials", "disconnect"):
+        assert checks[name].status == PASS, (name, checks[name].evidence)
+    assert checks["no_credentials"].data["status"] == 403  # API Gateway's own refusal, before the function
+    wrong = check_streaming(Target(rest_front.stack.url, api_key="sk-wrong", timeout_s=30))
+    assert wrong.status == FAIL and "HTTP 403" in wrong.evidence

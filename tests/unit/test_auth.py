@@ -90,6 +90,18 @@ def test_missing_and_wrong_keys_are_401_in_the_openai_shape() -> None:
     authenticator.check({"x-api-key": KEY_A})
 
 
+def test_behind_a_rest_front_the_gateways_key_check_is_trusted_but_a_request_without_a_key_is_not() -> None:
+    # API Gateway compared x-api-key with its own keys (a wrong one never reaches the function); it passes
+    # the header on, so a request without one came some other way.
+    authenticator = Authenticator(Config(endpoint_name="llm", auth_mode="api_key", api_key_source="gateway"))
+    assert authenticator.check({"x-api-key": "any-key-api-gateway-accepted"}) is None
+    for headers in ({}, {"x-api-key": " "}, {"authorization": f"Bearer {KEY_A}"}):
+        err = refused(authenticator, headers)
+        assert err.status == 401 and "x-api-key" in err.message
+    # The same setting means nothing in the other modes.
+    Authenticator(Config(endpoint_name="llm", auth_mode="iam", api_key_source="gateway")).check({})
+
+
 def test_every_key_is_compared_in_constant_time_none_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[tuple[bytes, bytes]] = []
     real = hmac.compare_digest

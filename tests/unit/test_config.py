@@ -56,6 +56,7 @@ def test_each_setting_is_read() -> None:
         ({**BASE, "SERVE_UI": "perhaps"}, "SERVE_UI"),
         ({**BASE, "AUTH_MODE": "open"}, "AUTH_MODE"),
         ({**BASE, "AUTH_MODE": "api_key"}, "API_KEYS_PARAMETER"),
+        ({**BASE, "AUTH_MODE": "api_key", "API_KEY_SOURCE": "apigw"}, "API_KEY_SOURCE"),
         ({**BASE, "PROMPT_TEMPLATE": "no-such-template"}, "PROMPT_TEMPLATE"),
         ({**BASE, "SSE_PAD_BYTES": "3"}, "SSE_PAD_BYTES"),
     ],
@@ -253,3 +254,9 @@ def test_a_name_computed_by_one_dialect_is_a_vendor_field_for_another() -> None:
     # openai sets max_tokens, not max_new_tokens: there the name is the container's own extra.
     cfg = Config.from_env({**BASE, "UPSTREAM_FORMAT": "openai", "EXTRA_REQUEST_FIELDS": "max_new_tokens,top_k"})
     assert cfg.extra_request_fields == {"max_new_tokens", "top_k"}
+
+
+def test_api_key_mode_behind_a_rest_front_needs_no_keys_of_its_own() -> None:
+    cfg = Config.from_env({**BASE, "AUTH_MODE": "api_key", "API_KEY_SOURCE": "gateway"})
+    assert (cfg.auth_mode, cfg.api_key_source, cfg.api_keys_parameter) == ("api_key", "gateway", None)
+    assert Config.from_env(BASE).api_key_source == "function"
