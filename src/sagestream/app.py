@@ -167,7 +167,7 @@ class App:
             call.writer.error_body, call.writer.id_headers = route.api.error_body, route.api.id_headers
         # Unknown /v1 paths need the key too: without it nobody learns which routes exist.
         if route.keyed if route is not None else requires_key(path):
-            identity = self.auth.check(request.headers)
+            identity = self.auth.check(request.headers, request.api_key_id)
             if identity is not None:
                 call.identity = identity
                 details = identity.log_fields()

@@ -11,7 +11,8 @@
   ``x-api-key`` against its own keys and usage plan before the function runs (a missing or wrong one is its
   403, a caller past the plan's rate its 429); the function trusts that check, and the request's caller is
   API Gateway's key id (:class:`sagestream.http.Request`), which the invocation record logs. A request
-  without an ``x-api-key`` header did not pass such a check and is refused as a missing key.
+  without an ``x-api-key`` header, or an event without the id of the key API Gateway checked, did not pass
+  such a check and is refused as a missing key.
 - ``jwt``: a request carries the caller's own sign-in as ``Authorization: Bearer <JWT>``, verified against
   the OpenID Connect issuer ``JWT_ISSUER`` (see :mod:`sagestream.identity`, imported in this mode only).
 - ``none``: anyone with the URL may call; a warning is logged at init.
@@ -144,16 +145,18 @@ class Authenticator:
         if self.mode == "none":
             logger.warning("AUTH_MODE=none: anyone who has the function URL can call the model endpoint")
 
-    def check(self, headers: Mapping[str, str]) -> Identity | None:
+    def check(self, headers: Mapping[str, str], gateway_key_id: str | None = None) -> Identity | None:
         """Return if the request may go on (with the caller's identity, in ``jwt`` mode); raise :class:`APIError`
-        (401, 403 for a token without a required scope, 500 or 503 if the keys can't be read)."""
+        (401, 403 for a token without a required scope, 500 or 503 if the keys can't be read).
+        ``gateway_key_id``: the id of the key API Gateway checked, from the event (``API_KEY_SOURCE=gateway``)."""
         if self.verifier is not None:
             return self.verifier.check(headers)
         if self.mode != "api_key":
             return None
         if self.gateway_checked:
-            # API Gateway has compared the key; it passes the header on, so its absence means no gateway did.
-            if not headers.get("x-api-key", "").strip():
+            # API Gateway has compared the key and says which one in the event (requestContext.identity.apiKeyId);
+            # an event without that id, or a request without the header, came some other way.
+            if not headers.get("x-api-key", "").strip() or not gateway_key_id:
                 raise APIError.unauthorized("Missing API key. Send it as an 'x-api-key' header.")
             return None
         presented = presented_keys(headers)

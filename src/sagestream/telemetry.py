@@ -159,7 +159,12 @@ def invocation_fields(
         fields["stored"] = record.stored
     if record.noops:
         fields["noops"] = dict(record.noops)  # what clients send that cannot change the answer, counted
-    if config.auth_mode in ("iam", "jwt") and record.caller:
+    # Who called, where the front or the function checked it: the signing principal, the token's subject, or the
+    # id of the key API Gateway checked (never a key itself).
+    checked = config.auth_mode in ("iam", "jwt") or (
+        config.auth_mode == "api_key" and config.api_key_source == "gateway"
+    )
+    if checked and record.caller:
         fields["caller"] = record.caller
         fields.update(record.caller_details or {})
     if config.log_payloads:

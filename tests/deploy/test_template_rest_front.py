@@ -225,10 +225,6 @@ def test_the_rest_fronts_options_are_refused_without_it(overrides: dict[str, str
     assert broken_rules(**overrides) == broken
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the chat page fetches /v1/... from the host's root, which misses the stage on an execute-api URL",
-)
 def test_the_chat_page_calls_the_api_relative_to_where_it_is_served() -> None:
     # Behind the REST front the page is served at https://<api>.execute-api.<region>.amazonaws.com/<stage>/ (the
     # Url output without a custom domain): a fetch of "/v1/models" leaves the stage out and gets API Gateway's

@@ -161,10 +161,6 @@ def test_a_chat_streams_through_the_rest_front_delta_by_delta(
     assert KEY_B not in log.read_text()  # the key itself is never logged
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="telemetry.py logs `caller` only for AUTH_MODE iam/jwt: API Gateway's key id (Request.caller) is dropped",
-)
 def test_the_invocation_record_names_api_gateways_key_id(rest_stack: tuple[LocalStack, Path]) -> None:
     stack, log = rest_stack
     response = request(stack.url, "GET", "/v1/models", headers={"x-api-key": KEY_B})

@@ -94,10 +94,14 @@ def test_behind_a_rest_front_the_gateways_key_check_is_trusted_but_a_request_wit
     # API Gateway compared x-api-key with its own keys (a wrong one never reaches the function); it passes
     # the header on, so a request without one came some other way.
     authenticator = Authenticator(Config(endpoint_name="llm", auth_mode="api_key", api_key_source="gateway"))
-    assert authenticator.check({"x-api-key": "any-key-api-gateway-accepted"}) is None
+    assert authenticator.check({"x-api-key": "any-key-api-gateway-accepted"}, "k3y1d") is None
     for headers in ({}, {"x-api-key": " "}, {"authorization": f"Bearer {KEY_A}"}):
         err = refused(authenticator, headers)
         assert err.status == 401 and "x-api-key" in err.message
+    # A key but no id of the key API Gateway checked: the event did not come through its check.
+    with pytest.raises(APIError) as info:
+        authenticator.check({"x-api-key": "any-key"}, None)
+    assert info.value.status == 401
     # The same setting means nothing in the other modes.
     Authenticator(Config(endpoint_name="llm", auth_mode="iam", api_key_source="gateway")).check({})
 
