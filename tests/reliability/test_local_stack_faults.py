@@ -483,8 +483,8 @@ def _children(pid: int) -> set[int]:
 def _alive(pid: int) -> bool:
     try:
         state = next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith("State"))
-    except (FileNotFoundError, StopIteration):
-        return False
+    except (FileNotFoundError, ProcessLookupError, StopIteration):
+        return False  # gone, or going: a process reaped while its status is read answers ESRCH
     return "zombie" not in state
 
 
