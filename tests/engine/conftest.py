@@ -68,3 +68,13 @@ def engine_stack(front: ContainerFront, engine: VllmEngine) -> Iterator[LocalSta
     }
     with LocalStack(port=0, concurrency=2, max_concurrency=16, timeout_s=120.0, env=env) as stack:
         yield stack
+
+
+@pytest.fixture(autouse=True)
+def _loopback_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every client here is given a loopback URL; anything that would go elsewhere meets a dead port."""
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
+        monkeypatch.setenv(name, "http://127.0.0.1:9")
+        monkeypatch.setenv(name.lower(), "http://127.0.0.1:9")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
