@@ -35,6 +35,7 @@ export SAM_CLI_TELEMETRY ?= 0
 
 help:
 	@echo "make run       serve the function locally on the simulated endpoint (PORT=$(PORT) MAX_CONCURRENCY=$(MAX_CONCURRENCY))"
+	@echo "make run UPSTREAM=vllm [MODEL=dir]  the same over vLLM on this CPU (default model: a tiny one it builds)"
 	@echo "make test      run the whole test suite"
 	@echo "make soak      2,000 invocations through one runtime process: fds, threads, RSS at start and end"
 	@echo "make lint      ruff, mypy, sam validate --lint"
@@ -94,7 +95,9 @@ $(CARGO_LAMBDA_VENV)/.installed: Makefile
 	$(CARGO_LAMBDA_VENV)/bin/pip install -q --no-deps cargo-lambda==$(CARGO_LAMBDA_VERSION)
 	@touch $@
 
-run: install
+# UPSTREAM=vllm [MODEL=path/to/a/local/hf-model]: the function over vLLM on this CPU (installed on first use),
+# serving MODEL or the tiny random-weight model it builds; nothing downloads weights.
+run: install $(if $(filter vllm,$(UPSTREAM)),$(VLLM_VENV)/.installed)
 	$(PY) -m sagestream_local --port $(PORT) --max-concurrency $(MAX_CONCURRENCY)
 
 # The openai npm package for tests/e2e/test_node_client.py, exactly as package-lock.json pins it.
