@@ -231,8 +231,9 @@ def test_a_prompt_past_the_context_is_a_400_on_every_route(engine_stack: LocalSt
         anthropic_client(engine_stack.url).messages.create(
             model=engine.model_name, max_tokens=MAX_TOKENS, messages=[{"role": "user", "content": LONG}]
         )
+    assert chat.value.code == responses.value.code == "context_length_exceeded", (chat.value, responses.value)
     for raised in (chat.value, responses.value, messages.value):
-        assert "context length" in str(raised) or "512" in str(raised), raised
+        assert "maximum context length is 512 tokens" in str(raised), raised
     # the engine says the same directly
     with pytest.raises(openai.BadRequestError):
         _chat(direct(engine), engine.model_name, messages=[{"role": "user", "content": LONG}])
@@ -248,3 +249,28 @@ def test_sixteen_concurrent_streams_each_get_their_own_tokens(engine_stack: Loca
     with ThreadPoolExecutor(16) as pool:
         ours = list(pool.map(lambda prompt: ask(relayed(engine_stack), prompt), prompts))
     assert ours == theirs
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="sagestream writes system_fingerprint: null over the container's own (vLLM's vllm-0.32.0-...), "
+    "a response field neither passed through nor documented as dropped (src/sagestream/sse.py)",
+)
+def test_the_engines_system_fingerprint_reaches_the_client(engine_stack: LocalStack, engine: VllmEngine) -> None:
+    ours, theirs = (_chat(client, engine.model_name) for client in both(engine_stack, engine))
+    assert theirs.system_fingerprint and theirs.system_fingerprint.startswith("vllm-")
+    assert ours.system_fingerprint == theirs.system_fingerprint
+
+
+def test_a_prompt_that_leaves_no_room_for_max_tokens(engine_stack: LocalStack, engine: VllmEngine) -> None:
+    """The prompt fits, prompt plus max_tokens does not: what vLLM answers, the client gets through sagestream."""
+    prompt = [{"role": "user", "content": "weather " * 220}]
+    outcomes = []
+    for client in both(engine_stack, engine):
+        try:
+            answer = _chat(client, engine.model_name, messages=prompt, max_tokens=300)
+            outcomes.append(("ok", answer.usage.prompt_tokens, answer.usage.completion_tokens))
+        except openai.BadRequestError as exc:
+            outcomes.append(("400", exc.code, exc.message))
+    print(outcomes)
+    assert outcomes[0][:2] == outcomes[1][:2]
