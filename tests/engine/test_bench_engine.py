@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
 from bench.engine import compare, table
 
 from sagestream_local.stack import LocalStack
 from sagestream_local.vllm_engine import VllmEngine
+
+# The first test pays for the session's engine start (20-60 s on two shared cores) within its own timeout.
+pytestmark = pytest.mark.timeout(300)
 
 
 def test_both_sides_stream_the_same_deltas_and_are_timed(engine_stack: LocalStack, engine: VllmEngine) -> None:

@@ -14,6 +14,9 @@ from sagestream_local.container_front import ContainerFront
 from sagestream_local.vllm_engine import VllmEngine
 from tests.engine.conftest import ENDPOINT_NAME
 
+# The first test pays for the session's engine start (20-60 s on two shared cores) within its own timeout.
+pytestmark = pytest.mark.timeout(300)
+
 
 @pytest.fixture(scope="module")
 def runtime(front: ContainerFront) -> Any:

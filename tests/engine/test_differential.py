@@ -19,6 +19,9 @@ import pytest
 from sagestream_local.stack import LocalStack
 from sagestream_local.vllm_engine import VllmEngine
 
+# The first test pays for the session's engine start (20-60 s on two shared cores) within its own timeout.
+pytestmark = pytest.mark.timeout(300)
+
 MAX_TOKENS = 8
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 WEATHER = {

@@ -11,9 +11,13 @@ import sys
 import time
 
 import openai
+import pytest
 
 from sagestream_local.vllm_engine import VllmEngine
 from tests.conftest import PYTHONPATH
+
+# The first test pays for the session's engine start (20-60 s on two shared cores) within its own timeout.
+pytestmark = pytest.mark.timeout(300)
 
 
 def _free_port() -> int:
