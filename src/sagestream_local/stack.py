@@ -10,6 +10,10 @@ Which upstream the runtime processes call:
 
 - ``AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME`` set: that URL (boto3's own override, left as it is);
 - ``UPSTREAM=aws``: real SageMaker with the user's own credentials and region;
+- ``UPSTREAM=vllm``: a real engine on this machine: :class:`~sagestream_local.vllm_engine.VllmEngine`
+  (``vllm serve`` on loopback, the model folder ``MODEL`` or the tiny model it builds) behind a
+  :class:`~sagestream_local.container_front.ContainerFront`, with ``UPSTREAM_FORMAT=openai`` and the same
+  stand-in credentials as the simulated endpoint;
 - otherwise (or with ``upstream="simulated"``) the embedded
   :class:`~sagestream_local.endpoint.SimulatedEndpoint`, with stand-in
   credentials and region so that no AWS configuration is needed.
@@ -29,9 +33,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
+from sagestream_local.container_front import ContainerFront
 from sagestream_local.cors import Cors
 from sagestream_local.dynamodb import LocalDynamoDB
 from sagestream_local.endpoint import Scenario, SimulatedEndpoint
@@ -39,8 +45,10 @@ from sagestream_local.function_url import IDLE_TIMEOUT_S, FunctionURL
 from sagestream_local.oidc import LocalIssuer
 from sagestream_local.rest_front import THROTTLE_BURST, THROTTLE_RATE, ApiGateway, UsagePlan, rest_front
 from sagestream_local.runtime_api import Pool
+from sagestream_local.vllm_engine import VllmEngine
 
 SIM_ENDPOINT_NAME = "sagestream-sim"
+VLLM_ENDPOINT_NAME = "sagestream-vllm"
 # Stand-in credentials for the simulated endpoint: it checks that requests are signed, not by whom.
 _SIM_CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "AKIASAGESTREAMLOCAL0",
@@ -99,11 +107,22 @@ class LocalStack:
         if (merged.get("RESPONSES_STORE") or "").lower() == "dynamodb" and not merged.get("AWS_ENDPOINT_URL_DYNAMODB"):
             self.dynamodb = LocalDynamoDB()
         self.endpoint: SimulatedEndpoint | None = None
+        self.engine: VllmEngine | None = None
+        self.container_front: ContainerFront | None = None
         upstream = (upstream or merged.get("UPSTREAM") or "").lower()
         if upstream != "simulated" and merged.get("AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME"):
             self.upstream = merged["AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME"]
         elif upstream == "aws":
             self.upstream = "aws"
+        elif upstream == "vllm":
+            if merged.get("UPSTREAM_FORMAT", "openai") != "openai":
+                raise ValueError("UPSTREAM=vllm serves vLLM's OpenAI routes: UPSTREAM_FORMAT must be openai")
+            self.engine = VllmEngine(Path(merged["MODEL"]) if merged.get("MODEL") else None)
+            self.env.update(UPSTREAM_FORMAT="openai", SAGEMAKER_ENDPOINT_NAME=VLLM_ENDPOINT_NAME)
+            self.env.setdefault("MODEL_ID", self.engine.model_name)
+            for name, value in _SIM_CREDENTIALS.items():  # the front checks that requests are signed, not by whom
+                self.env.setdefault(name, value)
+            self.upstream = "vllm"
         else:
             dialect = merged.get("UPSTREAM_FORMAT", "openai")
             self.endpoint = SimulatedEndpoint(scenario or Scenario(dialect=dialect))  # type: ignore[arg-type]
@@ -148,6 +167,16 @@ class LocalStack:
             self.env["AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME"] = self.endpoint.url
             self.env["NO_PROXY"] = ",".join(filter(None, [os.environ.get("NO_PROXY"), "127.0.0.1", "localhost"]))
             self.upstream = f"simulated endpoint at {self.endpoint.url}"
+        if self.engine is not None:
+            try:
+                self.engine.start()
+            except BaseException:
+                self.stop()
+                raise
+            self.container_front = ContainerFront(self.engine.url).start()
+            self.env["AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME"] = self.container_front.url
+            self.env["NO_PROXY"] = ",".join(filter(None, [os.environ.get("NO_PROXY"), "127.0.0.1", "localhost"]))
+            self.upstream = f"vllm serve at {self.engine.url} behind SageMaker's front at {self.container_front.url}"
         try:
             pool = Pool(env=self.env, **self._pool_args)  # type: ignore[arg-type]
             common = {"port": self._port, "verbose": self._verbose, "idle_timeout_s": self._idle_timeout_s}
@@ -174,6 +203,10 @@ class LocalStack:
             self.pool.stop()
         if self.endpoint is not None:
             self.endpoint.stop()
+        if self.container_front is not None:
+            self.container_front.stop()
+        if self.engine is not None:
+            self.engine.stop()
         if self.issuer is not None:
             self.issuer.stop()
         if self.dynamodb is not None:

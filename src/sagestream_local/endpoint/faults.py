@@ -27,7 +27,8 @@ are socket actions, done by :mod:`~sagestream_local.endpoint.server`; this modul
 Besides the injected faults, a request meets what a real endpoint checks: SigV4's presence
 (:func:`auth_error`), the endpoint's name, the content type, a body the container cannot read
 (:func:`container_error`) and, with ``Scenario.context_length``, a prompt plus ``max_tokens`` over it
-(:func:`context_length_error`: vLLM's 400, TGI's 422, LMI's 400). A container's refusal reaches the client
+(:func:`context_length_error`: vLLM's 400 for a prompt past it, TGI's 422 and LMI's 400 for prompt plus
+``max_tokens`` past it). A container's refusal reaches the client
 wrapped as SageMaker wraps it (:func:`model_error`): a ``ModelError`` 424 with ``OriginalStatusCode`` and
 ``OriginalMessage``.
 
@@ -83,17 +84,10 @@ def context_length_error(request: Any, scenario: Scenario) -> tuple[int, str] | 
     limit = request.get("max_tokens") if scenario.dialect == "openai" else params.get("max_new_tokens")
     wanted = limit if isinstance(limit, int) and not isinstance(limit, bool) else 0
     size = prompt_size(request)
+    if scenario.dialect == "openai":
+        return _vllm_context_error(size, wanted, scenario.context_length)
     if size + wanted <= scenario.context_length:
         return None
-    if scenario.dialect == "openai":
-        message = (
-            f"This model's maximum context length is {scenario.context_length} tokens. However, you requested "
-            f"{size + wanted} tokens ({size} in the messages, {wanted} in the completion). Please reduce the "
-            "length of the messages or completion."
-        )
-        return 400, json.dumps(
-            {"object": "error", "message": message, "type": "BadRequestError", "param": None, "code": 400}
-        )
     if scenario.dialect == "tgi":
         message = (
             f"Input validation error: `inputs` tokens + `max_new_tokens` must be <= {scenario.context_length}. "
@@ -102,6 +96,27 @@ def context_length_error(request: Any, scenario: Scenario) -> tuple[int, str] | 
         return 422, json.dumps({"error": message, "error_type": "validation"})
     message = f"Input length {size} exceeds the maximum model length {scenario.context_length}"
     return 400, json.dumps({"error": message, "code": 400})
+
+
+def _vllm_context_error(size: int, wanted: int, context: int) -> tuple[int, str] | None:
+    """vLLM's (0.32, as tests/engine saw it): a prompt past the context, or max_tokens past it alone, is a 400;
+    a prompt that fits with max_tokens that does not is served, its completion ending at the context."""
+    if wanted > context:
+        message = (
+            f"max_tokens={wanted} cannot be greater than max_model_len={context}. Please request fewer output "
+            f"tokens. (parameter=max_tokens, value={wanted})"
+        )
+        param = "max_tokens"
+    elif size > context:
+        message = (
+            f"This model's maximum context length is {context} tokens. However, your prompt contains {size} input "
+            "tokens, which exceeds this limit even without any output tokens. Please reduce the length of the "
+            "input prompt."
+        )
+        param = "input_tokens"
+    else:
+        return None
+    return 400, json.dumps({"error": {"message": message, "type": "BadRequestError", "param": param, "code": 400}})
 
 
 @dataclass(frozen=True)

@@ -66,7 +66,7 @@ class Scenario:
     endpoint_names: tuple[str, ...] | None = None  # None: every name exists; else others get ValidationError
     model: str = "sim-llm"  # the "model" field of OpenAI chunks
     reasoning: int = 0  # openai dialect: reasoning_content tokens before the answer, as vLLM's reasoning parsers send
-    context_length: int | None = None  # prompt + max tokens over this: the container's 4xx, as a ModelError 424
+    context_length: int | None = None  # a prompt over it (TGI, LMI: prompt + max tokens): the 4xx, as a ModelError 424
     # A PrefixAwareId seen before: its prefix is cached, and the first token comes this soon instead (None: off).
     prefix_hit_ttft_ms: float | None = 30.0
 
