@@ -67,7 +67,7 @@ __all__ = ["App", "Call", "Request", "Route", "Writer", "handler"]
 logger = logging.getLogger(__name__)
 
 
-class Call(msgspec.Struct):
+class Call(msgspec.Struct, forbid_unknown_fields=True):
     """One invocation as the route handlers see it."""
 
     request: Request

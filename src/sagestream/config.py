@@ -85,7 +85,7 @@ class ModelEntry(msgspec.Struct, forbid_unknown_fields=True):
 MODEL_KEYS: tuple[str, ...] = ModelEntry.__struct_fields__
 
 
-class ModelTarget(msgspec.Struct, frozen=True):
+class ModelTarget(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """One model id clients send and the upstream it is served by (the global settings filled in)."""
 
     model_id: str
@@ -191,7 +191,7 @@ def read_parameter(name: str) -> str:
     return str(parameters.get_parameter(name, decrypt=True))
 
 
-class Config(msgspec.Struct, frozen=True):
+class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     endpoint_name: str
     dialect: str = "openai"  # UPSTREAM_FORMAT: a name in sagestream.dialects.DIALECTS
     model_id: str = ""

@@ -21,7 +21,7 @@ import msgspec
 __all__ = ["Delta", "Usage", "is_text_only"]
 
 
-class Usage(msgspec.Struct, frozen=True):
+class Usage(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """What an answer cost, as the container counted it; a count it did not give is ``None``, never 0."""
 
     prompt_tokens: int | None
@@ -41,7 +41,7 @@ class Usage(msgspec.Struct, frozen=True):
 
 # Not frozen: a frozen dataclass sets each of its ten fields through object.__setattr__, which made building
 # a Delta (once per token) cost about 19k instructions against 4k. Nothing changes a Delta once it is made.
-class Delta(msgspec.Struct):
+class Delta(msgspec.Struct, forbid_unknown_fields=True):
     """One step of the answer, each field as the container sent it.
 
     ``content`` is text to append; ``tool_calls`` the OpenAI ``delta.tool_calls`` fragments (index, id,

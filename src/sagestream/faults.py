@@ -55,7 +55,7 @@ class DeadlineReached(Exception):
 # --- what a client sees for each fault ----------------------------------------------------------------------
 
 
-class _Fault(msgspec.Struct, frozen=True):
+class _Fault(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """One row of the table: the status, code and message a fault becomes.
 
     ``message`` may name ``{detail}``, the fault's own text (a parser's message, SageMaker's message).

@@ -47,7 +47,7 @@ SSE_HEADERS = {
 JSON_HEADERS = {"content-type": "application/json", "x-content-type-options": "nosniff"}
 
 
-class Request(msgspec.Struct, frozen=True):
+class Request(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """What the routes need of the event, whichever front sent it: a Function URL's (payload format 2.0) or
     an API Gateway REST API's Lambda proxy integration (payload format 1.0, what a streaming REST front sends:
     AWS's "Set up a Lambda proxy integration with payload response streaming" says the input format is the
@@ -180,7 +180,7 @@ class Writer:
 RouteHandler = Callable[[Any, Any], None]
 
 
-class Route(msgspec.Struct, frozen=True):
+class Route(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """One path, or with ``prefix`` every path below it: the methods it answers (``HEAD`` with every ``GET``;
     every method for a prefix route, whose handler decides), its handler, whether it needs a key, and the
     client API whose error shape and id headers its answers take (OpenAI's when ``None``)."""

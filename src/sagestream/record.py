@@ -123,7 +123,7 @@ class Cadence:
         return self.gaps.quantile(0.5)
 
 
-class StreamRecord(msgspec.Struct):
+class StreamRecord(msgspec.Struct, forbid_unknown_fields=True):
     """What one invocation did, for its log record and metrics; made per request, never kept.
 
     Times are :func:`time.monotonic` values. ``streamed`` says the client asked for a streamed answer

@@ -85,7 +85,7 @@ def prefix_aware_id(prompt_cache_key: str, *, field: str = "prompt_cache_key") -
     return prompt_cache_key
 
 
-class UpstreamIds(msgspec.Struct, frozen=True):
+class UpstreamIds(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """The ids one invocation's upstream calls carry, as botocore parameters (:meth:`call_args`)."""
 
     inference_id: str | None = None

@@ -106,7 +106,7 @@ def _round(ms: float | None) -> float | None:
     return None if ms is None else round(ms, 3)
 
 
-class Labels(msgspec.Struct, frozen=True):
+class Labels(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Where the metrics go: their namespace, the ``service`` dimension and the dimensions of every record."""
 
     namespace: str

@@ -209,7 +209,7 @@ def _details(details: Mapping[str, Any]) -> tuple[str, Usage | None]:
     return FINISH_REASONS.get(reason or "", "stop"), usage
 
 
-class LogprobsWanted(msgspec.Struct, frozen=True):
+class LogprobsWanted(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """What the client asked of logprobs, for the dialects that send a logprob with every token."""
 
     kind: Literal["chat", "completion"]

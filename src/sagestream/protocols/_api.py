@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 __all__ = ["App", "ClientAPI", "Parsed", "StreamEncoder", "completion_route", "in_client_terms"]
 
 
-class Parsed(msgspec.Struct, frozen=True):
+class Parsed(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """A request as the pipeline needs it: the chat-shaped ``request`` the dialects speak, and the API's own
     ``original`` request model (the same object for the OpenAI routes)."""
 

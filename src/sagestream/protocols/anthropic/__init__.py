@@ -84,7 +84,7 @@ REFUSED_HEADERS = {
 }
 
 
-class MessagesAPI(msgspec.Struct, frozen=True):
+class MessagesAPI(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Anthropic's ``/v1/messages``."""
 
     kind: str = "messages"

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 __all__ = ["CHAT", "COMPLETIONS", "ROUTES", "OpenAICompletions"]
 
 
-class OpenAICompletions(msgspec.Struct, frozen=True):
+class OpenAICompletions(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """OpenAI's ``/v1/chat/completions`` (``kind="chat"``) or ``/v1/completions`` (``kind="completion"``)."""
 
     kind: Kind

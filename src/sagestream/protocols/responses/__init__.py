@@ -47,7 +47,7 @@ __all__ = ["RESPONSES", "ROUTES", "UNOFFERED_HEADER", "ResponsesAPI", "stored_re
 UNOFFERED_HEADER = "x-sagestream-unoffered-tools"
 
 
-class ResponsesAPI(msgspec.Struct, frozen=True):
+class ResponsesAPI(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """``/v1/responses`` on the one pipeline: :class:`~sagestream.protocols.ClientAPI`."""
 
     kind: str = "response"

@@ -191,7 +191,7 @@ def _logprobs(delta_logprobs: dict[str, Any] | None) -> list[Any]:
     return list(content) if isinstance(content, list) else []
 
 
-class _Item(msgspec.Struct):
+class _Item(msgspec.Struct, forbid_unknown_fields=True):
     """One output item while it is streamed."""
 
     kind: Literal["message", "refusal", "reasoning", "function_call"]  # a refusal is a message with a refusal part
