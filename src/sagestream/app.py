@@ -1,9 +1,10 @@
 """The function: OpenAI-compatible routes in front of SageMaker endpoints (one per model), streamed delta by delta.
 
-``handler(event, stream, context)`` is what ``sagestream.runtime`` calls for each Function URL event.
-The routes are a table of :class:`Route` objects (path, methods, handler, keyed or public), as in
-Starlette: an unknown path is a 404, a known path with the wrong method a 405 naming the allowed ones,
-and ``HEAD`` answers on every ``GET`` route as ``GET`` does, without the body.
+``handler(event, stream, context)`` is what ``sagestream.runtime`` calls for each event (a Function URL's or
+an API Gateway REST front's). The routes are every client protocol's (:data:`sagestream.protocols.ROUTES`:
+this module names no protocol) and the app's own (``/v1/models``, ``/health``, the page), in a
+:class:`~sagestream.http.Routes` table, as in Starlette: an unknown path is a 404, a known path with the
+wrong method a 405 naming the allowed ones, and ``HEAD`` answers on every ``GET`` route as ``GET`` does.
 
 A streamed answer is :func:`sagestream.relay.relay` over :func:`sagestream.upstream.open_stream`'s
 PayloadParts; this module only writes what it yields (a :class:`Writer` starts the response with the
