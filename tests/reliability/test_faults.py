@@ -269,7 +269,7 @@ BAD_INPUT = {
 }
 
 
-# tgi takes no tools at all (refused by name whatever they hold: tests/unit/test_dialects.py); a deep
+# tgi takes no tools at all (refused by name whatever they hold: tests/unit/dialects/test_generate.py); a deep
 # response_format reached its grammar, and cost a 500, on tgi too.
 @pytest.mark.parametrize(
     ("dialect", "case"), [*(("openai", case) for case in sorted(BAD_INPUT)), ("tgi", "deep-response-format")]

@@ -1,5 +1,5 @@
 """The Anthropic Messages API: the events a stream is written as, the whole message, and Anthropic's error shape
-on every refusal (the request's translation: test_messages_request.py).
+on every refusal (the request's translation: test_request.py beside this).
 
 The events are checked against the anthropic SDK's own accumulator (``accumulate_event``, what
 ``messages.stream()`` builds its final message with): it raises on an event out of order.
