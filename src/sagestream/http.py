@@ -75,8 +75,11 @@ class Request(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
     @classmethod
     def from_event(cls, event: Mapping[str, Any]) -> Request:
-        # Only payload 1.0 has httpMethod at the top (API Gateway's REST events carry no "version" key).
-        return _from_rest(event) if "httpMethod" in event else _from_url(event)
+        # Payload 1.0 has httpMethod at the top and no "version" (API Gateway's REST events carry none). A 2.0
+        # event says so: cargo-lambda's emulator sends one that holds a stray httpMethod ("GET") beside it.
+        if event.get("version") != "2.0" and "httpMethod" in event:
+            return _from_rest(event)
+        return _from_url(event)
 
 
 def _from_url(event: Mapping[str, Any]) -> Request:

@@ -123,3 +123,19 @@ def test_a_rest_event_with_null_maps_reads_as_empty_ones() -> None:
     event = rest_event(headers=None, multiValueHeaders=None, body=None, requestContext={})
     request = http.Request.from_event(event)
     assert (dict(request.headers), request.body, request.query, request.caller) == ({}, b"", {}, None)
+
+
+def test_a_payload_2_event_is_read_as_one_whatever_else_it_carries() -> None:
+    # cargo-lambda's Function URL emulation: a 2.0 event whose serialiser also writes a 1.0 field, httpMethod.
+    event = {
+        "version": "2.0",
+        "httpMethod": "GET",
+        "resource": None,
+        "rawPath": "/v1/chat/completions",
+        "headers": {"content-type": "application/json"},
+        "requestContext": {"requestId": "r", "http": {"method": "POST", "path": "/v1/chat/completions"}},
+        "body": "{}",
+        "isBase64Encoded": False,
+    }
+    request = http.Request.from_event(event)
+    assert (request.method, request.path, request.body) == ("POST", "/v1/chat/completions", b"{}")
