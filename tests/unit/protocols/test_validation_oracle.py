@@ -14,6 +14,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -195,41 +196,34 @@ RESPONSES = _body(
 )
 
 
+def _chat(module: Any) -> Callable[[bytes], Any]:
+    return lambda raw: module.parse_chat(raw, max_tokens_limit=64)
+
+
+def _completion(module: Any) -> Callable[[bytes], Any]:
+    return lambda raw: module.parse_completion(raw, max_tokens_limit=64)
+
+
+def _messages(module: Any) -> Callable[[bytes], Any]:
+    return lambda raw: module.parse(module.body_of(raw), CFG)
+
+
+def _responses(module: Any) -> Callable[[bytes], Any]:
+    return lambda raw: module.parse_responses(raw, max_tokens_limit=64)
+
+
+# Per protocol: its bodies, and its parse as (pydantic's, msgspec's).
+PROTOCOLS = {
+    "chat": (CHAT, _chat(openai_old), _chat(openai_new)),
+    "completion": (COMPLETION, _completion(openai_old), _completion(openai_new)),
+    "messages": (MESSAGES, _messages(messages_old), _messages(messages_new)),
+    "responses": (RESPONSES, _responses(responses_old), _responses(responses_new)),
+}
+
+
+@pytest.mark.parametrize("protocol", list(PROTOCOLS))
 @SETTINGS
-@given(_with_one_fault(CHAT))
-def test_chat_bodies_are_judged_as_before(body: dict[str, Any]) -> None:
-    _same(
-        lambda raw: openai_old.parse_chat(raw, max_tokens_limit=64),
-        lambda raw: openai_new.parse_chat(raw, max_tokens_limit=64),
-        body,
-    )
-
-
-@SETTINGS
-@given(_with_one_fault(COMPLETION))
-def test_completion_bodies_are_judged_as_before(body: dict[str, Any]) -> None:
-    _same(
-        lambda raw: openai_old.parse_completion(raw, max_tokens_limit=64),
-        lambda raw: openai_new.parse_completion(raw, max_tokens_limit=64),
-        body,
-    )
-
-
-@SETTINGS
-@given(_with_one_fault(MESSAGES))
-def test_messages_bodies_are_judged_as_before(body: dict[str, Any]) -> None:
-    _same(
-        lambda raw: messages_old.parse(messages_old.body_of(raw), CFG),
-        lambda raw: messages_new.parse(messages_new.body_of(raw), CFG),
-        body,
-    )
-
-
-@SETTINGS
-@given(_with_one_fault(RESPONSES))
-def test_responses_bodies_are_judged_as_before(body: dict[str, Any]) -> None:
-    _same(
-        lambda raw: responses_old.parse_responses(raw, max_tokens_limit=64),
-        lambda raw: responses_new.parse_responses(raw, max_tokens_limit=64),
-        body,
-    )
+@given(data=st.data())
+def test_bodies_are_judged_as_before(protocol: str, data: st.DataObject) -> None:
+    bodies, old, new = PROTOCOLS[protocol]
+    _same(old, new, data.draw(_with_one_fault(bodies), label="body"))
