@@ -13,11 +13,11 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from sagestream.app import handler as relay
-from sagestream.runtime import LambdaContext, ResponseStream
+from sagestream.lambda_runtime import LambdaContext, ResponseStream
 
 
 class BufferedStream:
-    """A :class:`~sagestream.runtime.ResponseStream` that only remembers what it was given."""
+    """A :class:`~sagestream.lambda_runtime.ResponseStream` that only remembers what it was given."""
 
     def __init__(self) -> None:
         self.status: int | None = None

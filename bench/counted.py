@@ -38,7 +38,8 @@ def mark(label: str) -> None:
 
 
 def _install_function_marks() -> Any:
-    from sagestream import app, runtime
+    from sagestream import app
+    from sagestream import lambda_runtime as runtime
 
     next_connection = getattr(runtime, "NextConnection", None)
     if next_connection is not None:  # this runtime reads /next's answer itself

@@ -106,7 +106,7 @@ def function_run(
             "_HANDLER": "bench.counted.handler",
             "COUNTED_MARKS": str(out_dir / "marks"),
         }
-        command = _command([sys.executable, "-m", "sagestream.runtime"], out_dir, counting)
+        command = _command([sys.executable, "-m", "sagestream.lambda_runtime"], out_dir, counting)
         sim.set_scenario(tokens=TOKENS, cadence_ms=CADENCE_MS, ttft_ms=20)
         try:
             with Pool(size=1, env=run_env, command=command, stdout=subprocess.DEVNULL, timeout_s=600) as pool:

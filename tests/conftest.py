@@ -28,7 +28,7 @@ def local_function() -> Iterator[Callable[..., FunctionURL]]:
                 size=size,
                 timeout_s=timeout_s,
                 env={"_HANDLER": handler, "PYTHONPATH": PYTHONPATH, **(env or {})},
-                command=[sys.executable, "-m", "sagestream.runtime"],
+                command=[sys.executable, "-m", "sagestream.lambda_runtime"],
             )
             stack.enter_context(pool)
             return stack.enter_context(FunctionURL(pool, port=0))

@@ -8,7 +8,7 @@
   ``before-send`` hook, so botocore's signing, parsing and ``EventStream`` are the real ones and nothing
   leaves the process. The answers come from the simulated endpoint's own pure functions (the model text,
   the dialect's events, the PayloadPart cuts and frames), so they are what ``SimulatedEndpoint`` would send.
-- :class:`RecordingStream`: a :class:`~sagestream.runtime.ResponseStream` that keeps what it was given and
+- :class:`RecordingStream`: a :class:`~sagestream.lambda_runtime.ResponseStream` that keeps what it was given and
   checks the prelude exactly as the runtime does (``encode_prelude``).
 - :func:`load_app` and :func:`context`: the function's module imported in this process, and a context.
 """
@@ -33,9 +33,9 @@ import botocore.config
 from sagestream.delta import Delta, Usage
 from sagestream.dialects import dialect_named
 from sagestream.function_url import decode_prelude, encode_prelude
+from sagestream.lambda_runtime import LambdaContext
 from sagestream.protocols.openai.encoder import ChunkEncoder
 from sagestream.relay import relay
-from sagestream.runtime import LambdaContext
 from sagestream_local.endpoint import (
     EVENTSTREAM_CONTENT_TYPE,
     Scenario,

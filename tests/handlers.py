@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from sagestream.function_url import event_body
-from sagestream.runtime import ClientDisconnected, LambdaContext, ResponseStream, trace_id
+from sagestream.lambda_runtime import ClientDisconnected, LambdaContext, ResponseStream, trace_id
 
 raise_at_import = os.environ.get("TEST_HANDLER_IMPORT_ERROR")
 if raise_at_import:

@@ -1,6 +1,6 @@
 """The function: OpenAI-compatible routes in front of SageMaker endpoints (one per model), streamed delta by delta.
 
-``handler(event, stream, context)`` is what ``sagestream.runtime`` calls for each event (a Function URL's or
+``handler(event, stream, context)`` is what ``sagestream.lambda_runtime`` calls for each event (a Function URL's or
 an API Gateway REST front's). The routes are every client protocol's (:data:`sagestream.protocols.ROUTES`:
 this module names no protocol) and the app's own (``/v1/models``, ``/health``, the page), in a
 :class:`~sagestream.http.Routes` table, as in Starlette: an unknown path is a 404, a known path with the
@@ -52,11 +52,11 @@ from sagestream.dialects import DecodeError, UpstreamStreamError, dialect_named
 from sagestream.errors import APIError
 from sagestream.function_url import media_type
 from sagestream.http import JSON_HEADERS, SSE_HEADERS, Request, Route, Routes, Writer
+from sagestream.lambda_runtime import ClientDisconnected, LambdaContext, ResponseStream, WriteTimedOut
 from sagestream.protocols import ClientAPI, Parsed, StreamEncoder
 from sagestream.protocols.openai.encoder import error_event
 from sagestream.record import StreamRecord
 from sagestream.relay import KEEPALIVE, relay
-from sagestream.runtime import ClientDisconnected, LambdaContext, ResponseStream, WriteTimedOut
 from sagestream.sagemaker_ids import UpstreamIds
 from sagestream.telemetry import Telemetry, prompt_of
 
@@ -430,7 +430,7 @@ def _timed(parts: Iterable[bytes], record: StreamRecord) -> Iterator[bytes]:
 def _build() -> App:
     config = Config.from_env()
     app = App(config, upstream.make_client(config))
-    # SnapStart: connections made before the snapshot lead nowhere once restored (sagestream.runtime runs it).
+    # SnapStart: connections made before the snapshot lead nowhere once restored (sagestream.lambda_runtime runs it).
     register_after_restore(upstream.forget_connections, app.client)
     return app
 

@@ -33,8 +33,8 @@ from sagestream.errors import APIError
 from sagestream.function_url import event_body
 
 if TYPE_CHECKING:
+    from sagestream.lambda_runtime import ResponseStream
     from sagestream.protocols._api import ClientAPI
-    from sagestream.runtime import ResponseStream
 
 __all__ = ["JSON_HEADERS", "SSE_HEADERS", "Request", "Route", "RouteHandler", "Routes", "Writer"]
 

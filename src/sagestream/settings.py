@@ -478,7 +478,7 @@ SETTINGS: tuple[Setting, ...] = (
         "`PerExecutionEnvironmentMaxConcurrency`), unset on classic Lambda; `make run MAX_CONCURRENCY=K` locally",
         default=1,
         minimum=1,
-        read_by="`sagestream.runtime`",
+        read_by="`sagestream.lambda_runtime`",
     ),
     Setting(
         "POWERTOOLS_LOG_LEVEL",

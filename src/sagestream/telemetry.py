@@ -88,8 +88,8 @@ from aws_lambda_powertools.metrics.provider import cold_start
 
 from sagestream.config import Config
 from sagestream.errors import DEADLINE_EXCEEDED
+from sagestream.lambda_runtime import trace_id
 from sagestream.record import StreamRecord
-from sagestream.runtime import trace_id
 
 __all__ = ["DEFAULT_SERVICE", "Labels", "Telemetry", "invocation_fields", "invocation_metrics", "prompt_of"]
 
@@ -260,7 +260,7 @@ class InvocationFormatter(LambdaPowertoolsFormatter):
 
     Powertools reads the trace id from ``_X_AMZN_TRACE_ID``, one value for the whole process; with several
     invocations at once (``AWS_LAMBDA_MAX_CONCURRENCY`` above 1) the runtime leaves that variable unset and
-    keeps each invocation's header in a context variable (:func:`sagestream.runtime.trace_id`), read here.
+    keeps each invocation's header in a context variable (:func:`sagestream.lambda_runtime.trace_id`), read here.
     """
 
     def _get_latest_trace_id(self) -> str | None:

@@ -1,4 +1,4 @@
-"""A local Lambda Runtime API that runs real ``python -m sagestream.runtime`` processes and relays their streams.
+"""A local Lambda Runtime API that runs real ``python -m sagestream.lambda_runtime`` processes and relays their streams.
 
 Each :class:`ExecutionEnvironment` is one runtime process with a Runtime API of its own. As classic
 Lambda's, it takes one invocation at a time; with ``max_concurrency`` K above 1, as Lambda Managed
@@ -325,7 +325,7 @@ class _RuntimeAPIHandler(NoDelayHandler):
     def _read_chunks(self, deliver: Any) -> dict[str, str]:
         # http.server leaves a request body to its handler, and this one must go on chunk by chunk as each
         # arrives (a parser owning the connection, h11, would take the socket from http.server). The only
-        # sender is sagestream.runtime; tests/protocol/test_runtime.py pins its bytes, and any framing
+        # sender is sagestream.lambda_runtime; tests/protocol/test_runtime.py pins its bytes, and any framing
         # error ends the invocation as a broken response (ValueError, OSError), never a hang.
         rfile = self.rfile
         while True:
@@ -575,7 +575,7 @@ class Pool:
         self.timeout_s = timeout_s
         self.function_name = function_name
         self.region = region
-        self.command = command or [sys.executable, "-m", "sagestream.runtime"]
+        self.command = command or [sys.executable, "-m", "sagestream.lambda_runtime"]
         self.env = {
             "AWS_LAMBDA_FUNCTION_NAME": function_name,
             "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST",

@@ -84,7 +84,14 @@ def runtime_dependencies() -> dict[str, str]:
 
 
 def test_the_artifact_holds_the_package_the_wrapper_and_the_pinned_dependencies(artifact: Path) -> None:
-    for name in ("__init__.py", "app.py", "runtime.py", "function_url.py", "py.typed"):
+    for name in (
+        "__init__.py",
+        "app.py",
+        "lambda_runtime/__main__.py",
+        "lambda_runtime/stream.py",
+        "function_url.py",
+        "py.typed",
+    ):
         assert (artifact / "sagestream" / name).is_file(), name
     installed = dict(p.name.removesuffix(".dist-info").rsplit("-", 1) for p in artifact.glob("*.dist-info"))
     installed = {re.sub(r"[-_.]+", "_", name).lower(): version for name, version in installed.items()}
@@ -204,7 +211,10 @@ def artifact_function(native_artifact: Path) -> Iterator[tuple[str, set[str]]]:
 
 def test_the_artifact_imports_on_python313_with_nothing_else_on_the_path(native_artifact: Path) -> None:
     assert PYTHON313 is not None
-    code = "import sagestream.runtime, boto3, botocore, msgspec; print(sagestream.runtime.__file__, boto3.__file__)"
+    code = (
+        "import sagestream.lambda_runtime, boto3, botocore, msgspec; "
+        "print(sagestream.lambda_runtime.__file__, boto3.__file__)"
+    )
     out = subprocess.run(
         [PYTHON313, "-S", "-c", code],  # -S: no site-packages, so every import must come from the artifact
         env={"PYTHONPATH": str(native_artifact), "PATH": os.environ.get("PATH", "")},
@@ -242,7 +252,7 @@ def counted(self, data, path, *args, **kwargs):
     compiled.append(path)
     return source_to_code(self, data, path, *args, **kwargs)
 importlib.machinery.SourceFileLoader.source_to_code = counted
-import sagestream.runtime, sagestream.app
+import sagestream.lambda_runtime, sagestream.app
 print(json.dumps({"compiled": compiled, "dont_write_bytecode": sys.dont_write_bytecode,
                   "modules": sum(1 for m in sys.modules.values() if getattr(m, "__cached__", None))}))
 """

@@ -117,7 +117,7 @@ def cargo_lambda(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulated]
             out = emulated.logs[name].open("w")
             runtimes.append(
                 subprocess.Popen(
-                    [sys.executable, "-m", "sagestream.runtime"],
+                    [sys.executable, "-m", "sagestream.lambda_runtime"],
                     env=env,
                     stdin=subprocess.DEVNULL,
                     stdout=out,

@@ -32,7 +32,7 @@ def start(handler: str, size: int = 1, timeout_s: float = 30.0) -> tuple[Pool, F
         size=size,
         timeout_s=timeout_s,
         env={"_HANDLER": handler, "PYTHONPATH": PYTHONPATH},
-        command=[sys.executable, "-m", "sagestream.runtime"],
+        command=[sys.executable, "-m", "sagestream.lambda_runtime"],
     ).start()
     return pool, FunctionURL(pool, port=0, idle_timeout_s=IDLE_S).start()
 

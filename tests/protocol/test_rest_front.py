@@ -38,7 +38,7 @@ def behind_gateway() -> Iterator[Callable[..., FunctionURL]]:
                     size=1,
                     timeout_s=30.0,
                     env={"_HANDLER": handler, "PYTHONPATH": PYTHONPATH},
-                    command=[sys.executable, "-m", "sagestream.runtime"],
+                    command=[sys.executable, "-m", "sagestream.lambda_runtime"],
                 )
             )
             gateway = ApiGateway(keys, UsagePlan(rate, burst), stage="dev")

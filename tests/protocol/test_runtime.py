@@ -15,7 +15,7 @@ import pytest
 from tests.client import gaps_ms, request
 from tests.conftest import PYTHONPATH
 
-from sagestream.runtime import (
+from sagestream.lambda_runtime import (
     ClientDisconnected,
     ResponseRefused,
     RuntimeAPIClient,
@@ -607,9 +607,10 @@ def test_a_response_with_a_body_gets_nothing_added() -> None:
 def test_the_runtime_and_prelude_docstring_examples_hold() -> None:
     import doctest
 
-    from sagestream import function_url, runtime
+    from sagestream import function_url
+    from sagestream.lambda_runtime import client, loop
 
-    for module in (runtime, function_url):
+    for module in (client, loop, function_url):
         result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
         assert result.attempted > 0 and result.failed == 0, module.__name__
 

@@ -30,7 +30,7 @@ def url() -> Iterator[FunctionURL]:
         max_concurrency=K,
         timeout_s=30,
         env={"_HANDLER": "tests.handlers.chosen", "PYTHONPATH": PYTHONPATH},
-        command=[sys.executable, "-m", "sagestream.runtime"],
+        command=[sys.executable, "-m", "sagestream.lambda_runtime"],
     )
     with pool, FunctionURL(pool, port=0) as front:
         yield front

@@ -6,19 +6,19 @@ import base64
 import json
 from typing import Any
 
-from sagestream import runtime
 from sagestream.function_url import event_body
-from sagestream.runtime import LambdaContext, ResponseStream
+from sagestream.lambda_runtime import LambdaContext, ResponseStream
+from sagestream.lambda_runtime import stream as runtime_stream
 
 
 def raw_prelude(event: dict[str, Any], stream: ResponseStream, context: LambdaContext) -> None:
     """``{"prelude": base64}``: sends those bytes as the prelude, past ``encode_prelude``'s checks, as a
     runtime with a bug (or a handler writing its own prelude) would; the Function URL side must refuse it."""
     prelude = base64.b64decode(json.loads(event_body(event))["prelude"])
-    checked = runtime.encode_prelude
-    runtime.encode_prelude = lambda *args, **kwargs: prelude  # type: ignore[assignment]
+    checked = runtime_stream.encode_prelude
+    runtime_stream.encode_prelude = lambda *args, **kwargs: prelude  # type: ignore[assignment]
     try:
         stream.start(200, {})
     finally:
-        runtime.encode_prelude = checked
+        runtime_stream.encode_prelude = checked
     stream.write(b"body")

@@ -11,7 +11,7 @@ import pytest
 
 from sagestream.config import Config
 from sagestream.function_url import build_event
-from sagestream.runtime import ClientDisconnected, WriteTimedOut
+from sagestream.lambda_runtime import ClientDisconnected, WriteTimedOut
 from sagestream.telemetry import Telemetry
 from sagestream_local.endpoint import model_error
 from tests.fakes import RecordingStream, Upstream, context, load_app, response, stubbed_client

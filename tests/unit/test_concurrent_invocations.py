@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import threading
 from typing import Any
 
 import pytest
 
-from sagestream import runtime, upstream
+from sagestream import upstream
 from sagestream.config import Config
+from sagestream.lambda_runtime import Invocation, LambdaContext, invoke, logs, max_concurrency, trace_id
 from sagestream.record import StreamRecord
-from sagestream.runtime import Invocation, LambdaContext, invoke, max_concurrency, trace_id
 from sagestream.telemetry import Telemetry
 
 K = 8
@@ -36,7 +37,7 @@ def test_each_invocations_log_records_carry_its_own_ids_and_trace_id_while_other
     all_bound = threading.Barrier(K)
 
     def one(i: int) -> None:
-        runtime._trace_id.set(f"Root=1-00000000-{i:024x};Sampled=1")
+        logs._trace_id.set(f"Root=1-00000000-{i:024x};Sampled=1")
         with telemetry.bind(f"request-{i}", f"url-{i}"):
             all_bound.wait(5)  # every invocation has its keys before any logs
             telemetry.logger.info("working", extra={"n": i})
@@ -117,7 +118,7 @@ def test_the_trace_header_is_the_invocations_own_and_the_environment_variable_on
 
     def handler(event: dict[str, Any], stream: Any, context: LambdaContext) -> None:
         seen["trace_id"] = trace_id()
-        seen["environment"] = runtime.os.environ.get("_X_AMZN_TRACE_ID")
+        seen["environment"] = os.environ.get("_X_AMZN_TRACE_ID")
 
     header = "Root=1-5759e988-bd862e3fe1be46a994272793;Sampled=1"
     invocation = Invocation("r-1", {}, LambdaContext(aws_request_id="r-1", deadline_ms=0), header)

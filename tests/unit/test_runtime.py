@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from sagestream.runtime import ClientDisconnected, LambdaContext
+from sagestream.lambda_runtime import ClientDisconnected, LambdaContext
 
 
 def test_the_context_counts_down_to_its_deadline_and_never_below_zero() -> None:

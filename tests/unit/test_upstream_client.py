@@ -85,7 +85,7 @@ def _loaded_after(code: str, **env: str) -> list[str]:
 
 
 def test_init_imports_only_what_the_first_request_needs() -> None:
-    assert _loaded_after("import sagestream.runtime, sagestream.app") == []
+    assert _loaded_after("import sagestream.lambda_runtime, sagestream.app") == []
 
 
 def test_the_request_models_are_ready_before_the_first_request() -> None:
