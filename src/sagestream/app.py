@@ -53,8 +53,7 @@ from sagestream.errors import APIError
 from sagestream.function_url import media_type
 from sagestream.http import JSON_HEADERS, SSE_HEADERS, Request, Route, Routes, Writer
 from sagestream.lambda_runtime import ClientDisconnected, LambdaContext, ResponseStream, WriteTimedOut
-from sagestream.protocols import ClientAPI, Parsed, StreamEncoder
-from sagestream.protocols.openai.encoder import error_event
+from sagestream.protocols import ClientAPI, Parsed, StreamEncoder, error_event
 from sagestream.record import StreamRecord
 from sagestream.relay import KEEPALIVE, relay
 from sagestream.sagemaker_ids import UpstreamIds

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import msgspec
 
@@ -34,7 +34,6 @@ from sagestream.function_url import event_body
 
 if TYPE_CHECKING:
     from sagestream.lambda_runtime import ResponseStream
-    from sagestream.protocols._api import ClientAPI
 
 __all__ = ["JSON_HEADERS", "SSE_HEADERS", "Request", "Route", "RouteHandler", "Routes", "Writer"]
 
@@ -181,9 +180,13 @@ class Writer:
 
 # (the app, the call): the app's own types, which this module does not import.
 RouteHandler = Callable[[Any, Any], None]
+# The client API a route answers in (sagestream.protocols' ClientAPI): the protocols register routes that this
+# module defines, so it names no protocol type and nothing here imports them back.
+API = TypeVar("API", covariant=True)
+T = TypeVar("T")
 
 
-class Route(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+class Route(msgspec.Struct, Generic[API], frozen=True, forbid_unknown_fields=True):
     """One path, or with ``prefix`` every path below it: the methods it answers (``HEAD`` with every ``GET``;
     every method for a prefix route, whose handler decides), its handler, whether it needs a key, and the
     client API whose error shape and id headers its answers take (OpenAI's when ``None``)."""
@@ -192,7 +195,7 @@ class Route(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     methods: tuple[str, ...]
     handler: RouteHandler
     keyed: bool = False
-    api: ClientAPI | None = None
+    api: API | None = None
     prefix: bool = False
 
     def __post_init__(self) -> None:
@@ -200,7 +203,7 @@ class Route(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
             msgspec.structs.force_setattr(self, "methods", (*self.methods, "HEAD"))
 
 
-class Routes:
+class Routes(Generic[T]):
     """The route table: a path's own route, else the longest prefix route above it, else none (a 404).
 
     >>> routes = Routes([Route("/v1/messages", ("POST",), print), Route("/v1/messages", (), print, prefix=True)])
@@ -208,9 +211,9 @@ class Routes:
     (False, True, None)
     """
 
-    def __init__(self, routes: Iterable[Route]) -> None:
-        self.exact: dict[str, Route] = {}
-        self.prefixes: list[Route] = []
+    def __init__(self, routes: Iterable[Route[T]]) -> None:
+        self.exact: dict[str, Route[T]] = {}
+        self.prefixes: list[Route[T]] = []
         for route in routes:
             if route.prefix:
                 self.prefixes.append(route)
@@ -218,7 +221,7 @@ class Routes:
                 self.exact[route.path] = route
         self.prefixes.sort(key=lambda route: len(route.path), reverse=True)
 
-    def match(self, path: str) -> Route | None:
+    def match(self, path: str) -> Route[T] | None:
         route = self.exact.get(path)
         if route is not None:
             return route

@@ -19,8 +19,13 @@ def _module(name: str) -> ModuleType:
     return load_app() if name == "sagestream.app" else importlib.import_module(name)
 
 
-# Every module of the package and of its subpackages (dialects, protocols), packages' faces included.
-MODULES = [_module(m.name) for m in pkgutil.walk_packages(sagestream.__path__, "sagestream.")]
+# Every module of the package and of its subpackages (dialects, protocols), packages' faces included; not an
+# entry point (``__main__``), which runs its program when imported.
+MODULES = [
+    _module(m.name)
+    for m in pkgutil.walk_packages(sagestream.__path__, "sagestream.")
+    if not m.name.endswith(".__main__")
+]
 
 
 def unit_test_file(module: str) -> Path:

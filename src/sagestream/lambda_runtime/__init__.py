@@ -4,7 +4,12 @@ A module per concern: ``interface`` (what a handler sees: the stream's interface
 exceptions), ``client`` (the Runtime API's calls, ``/next`` read by hand), ``stream`` (the streamed
 ``/response``: prelude, separator, chunks, trailers), ``loop`` (the invocation loop, one or many threads of
 it, and ``main``), ``snapstart`` (SnapStart's phase of init), ``logs`` (the runtime's JSON lines, the trace
-header). ``python -m sagestream.lambda_runtime`` is the entry the exec wrapper runs.
+header). ``python -m sagestream.lambda_runtime`` is the entry the exec wrapper runs. A handler imports what
+it sees from here:
+
+    >>> from sagestream.lambda_runtime import ClientDisconnected, LambdaContext, ResponseStream
+    >>> LambdaContext(aws_request_id="r-1", deadline_ms=0).aws_request_id
+    'r-1'
 
 Python's managed Lambda runtime returns a handler's value in one piece; a Function URL in
 ``RESPONSE_STREAM`` mode needs the response body sent while the handler runs. No maintained Python

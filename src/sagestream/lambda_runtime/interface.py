@@ -1,4 +1,13 @@
-"""What a handler sees: ``handler(event, stream, context)``, the stream's interface and its exceptions."""
+"""What a handler sees: ``handler(event, stream, context)``, the stream's interface and its exceptions.
+
+Example::
+
+    >>> context = LambdaContext(aws_request_id="r-1", deadline_ms=0)
+    >>> context.get_remaining_time_in_millis(), issubclass(WriteTimedOut, ClientDisconnected)
+    (0, True)
+    >>> error_payload(ValueError("no"))["errorType"]
+    'ValueError'
+"""
 
 from __future__ import annotations
 

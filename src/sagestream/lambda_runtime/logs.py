@@ -2,6 +2,11 @@
 
 Lambda Managed Instances take JSON log lines only, and concurrent invocations interleave, so the runtime's
 messages are one JSON object a line on stderr; the trace header is a context variable per loop thread.
+
+Example::
+
+    >>> trace_id() is None  # outside an invocation
+    True
 """
 
 from __future__ import annotations

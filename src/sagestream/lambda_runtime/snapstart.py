@@ -1,4 +1,10 @@
-"""SnapStart's phase of init: the before-snapshot hooks, the wait for a restore, the after-restore hooks."""
+"""SnapStart's phase of init: the before-snapshot hooks, the wait for a restore, the after-restore hooks.
+
+A hook that fails is reported to the Runtime API with the error type Lambda's managed runtimes use:
+
+    >>> SNAPSHOT_ERROR, RESTORE_ERROR
+    ('Runtime.BeforeSnapshotError', 'Runtime.AfterRestoreError')
+"""
 
 from __future__ import annotations
 

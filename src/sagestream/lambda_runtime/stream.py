@@ -1,4 +1,10 @@
-"""The streamed ``/response``: the request head, the prelude and its separator, one chunk per write, trailers."""
+"""The streamed ``/response``: the request head, the prelude and its separator, one chunk per write, trailers.
+
+Each write is one HTTP chunk, sent at once:
+
+    >>> _chunk(b"hi")
+    b'2\\r\\nhi\\r\\n'
+"""
 
 from __future__ import annotations
 

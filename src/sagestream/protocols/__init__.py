@@ -21,6 +21,7 @@ from __future__ import annotations
 from sagestream.http import Route
 from sagestream.protocols import anthropic, openai, responses
 from sagestream.protocols._api import ClientAPI, Parsed, StreamEncoder, in_client_terms
+from sagestream.protocols._wire import error_event
 from sagestream.protocols.anthropic import MESSAGES
 from sagestream.protocols.openai import CHAT, COMPLETIONS
 from sagestream.protocols.responses import RESPONSES
@@ -35,9 +36,10 @@ __all__ = [
     "ClientAPI",
     "Parsed",
     "StreamEncoder",
+    "error_event",
     "in_client_terms",
 ]
 
 # Every client protocol the function speaks, and the routes each registers.
 APIS: tuple[ClientAPI, ...] = (CHAT, COMPLETIONS, MESSAGES, RESPONSES)
-ROUTES: tuple[Route, ...] = (*openai.ROUTES, *anthropic.ROUTES, *responses.ROUTES)
+ROUTES: tuple[Route[ClientAPI], ...] = (*openai.ROUTES, *anthropic.ROUTES, *responses.ROUTES)

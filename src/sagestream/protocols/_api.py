@@ -149,7 +149,7 @@ class App(Protocol):
     def owner(self, call: Any) -> str: ...
 
 
-def completion_route(path: str, api: ClientAPI) -> Route:
+def completion_route(path: str, api: ClientAPI) -> Route[ClientAPI]:
     """The route of a client API's completions: one keyed ``POST`` that runs the app's pipeline with ``api``."""
 
     def complete(app: App, call: Any) -> None:

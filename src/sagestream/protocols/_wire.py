@@ -22,7 +22,9 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["MIN_PAD_BYTES", "dumps", "event", "json_string", "new_id", "padding"]
+from sagestream.errors import APIError
+
+__all__ = ["MIN_PAD_BYTES", "dumps", "error_event", "event", "json_string", "new_id", "padding"]
 
 # The smallest SSE comment: a colon, one space of padding, and the blank line that ends it.
 MIN_PAD_BYTES = len(b": \n\n")
@@ -78,3 +80,15 @@ def padding(pad_bytes: int) -> bytes:
 def new_id(prefix: str) -> str:
     """A fresh object id: ``prefix`` and 32 hex digits (``chatcmpl-``, ``msg_``, ``resp_``, ...)."""
     return prefix + uuid.uuid4().hex
+
+
+def error_event(err: APIError) -> bytes:
+    """The SSE event for an error after the first byte: OpenAI's error shape in one ``data:`` event.
+
+    Chat and completions write it (their encoders' ``error``), and so does the app for a route that has no
+    encoder when its answer fails after a byte (a route of OpenAI's shape, as every route without a client API).
+
+        >>> error_event(APIError.upstream(502, "model died", code="upstream_error"))[:33]
+        b'data: {"error":{"message":"model '
+    """
+    return b"data: " + err.json_bytes() + b"\n\n"

@@ -41,7 +41,7 @@ from typing import Any, Literal
 
 from sagestream.delta import Delta, Usage, is_text_only
 from sagestream.errors import APIError
-from sagestream.protocols._wire import dumps, event, json_string, new_id, padding
+from sagestream.protocols._wire import dumps, error_event, event, json_string, new_id, padding
 
 __all__ = ["DONE", "ChunkEncoder", "Kind", "completion_json", "error_event"]
 
@@ -51,15 +51,6 @@ DONE = b"data: [DONE]\n\n"
 
 # Stands for the text while the template is cut: a NUL, which JSON always escapes (\u0000).
 _MARKER = "\x00"
-
-
-def error_event(err: APIError) -> bytes:
-    """The SSE event for an error after the first byte: OpenAI's error shape in one ``data:`` event.
-
-    >>> error_event(APIError.upstream(502, "model died", code="upstream_error"))[:33]
-    b'data: {"error":{"message":"model '
-    """
-    return b"data: " + err.json_bytes() + b"\n\n"
 
 
 def _usage(usage: Usage) -> dict[str, Any]:
