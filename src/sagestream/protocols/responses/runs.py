@@ -334,6 +334,7 @@ class EventLog:
         *,
         flush_s: float = FLUSH_S,
         batch_bytes: int = BATCH_BYTES,
+        begin: Callable[[], None] | None = None,
     ) -> None:
         self.runs = runs
         self.response_id = response_id
@@ -342,6 +343,7 @@ class EventLog:
         self.batch_bytes = batch_bytes
         self.writes = 0
         self.failures = 0
+        self._begin = begin  # run by the thread before its first write (a foreground run's state)
         self._pending: list[bytes] = []
         self._size = 0
         self._first = 0  # the first pending event's sequence number
@@ -390,6 +392,12 @@ class EventLog:
                     self._lock.wait()
 
     def _run(self) -> None:
+        if self._begin is not None:
+            try:
+                self._begin()
+            except StoreError as exc:
+                self.failures += 1
+                logger.error("the run of %s was not begun: %s", self.response_id, exc)
         while (batch := self._take()) is not None:
             try:
                 self.writes += self.runs.put_events(self.response_id, self.owner, batch)
