@@ -19,7 +19,8 @@ only), and it ends when its client leaves: the upstream stream is closed then, a
 The internal event is only the function's own: an event with a ``requestContext`` (a Function URL's or API
 Gateway's) is never one, so no HTTP caller can start a run; a run answers only a job that is still queued.
 
-Environment variables read: ``AWS_LAMBDA_FUNCTION_NAME`` (the function invokes itself); botocore reads
+Environment variables read: ``AWS_LAMBDA_FUNCTION_NAME`` and ``AWS_LAMBDA_FUNCTION_VERSION`` (the function invokes
+itself: its alias ``live`` when a published version runs, as the template publishes them); botocore reads
 ``AWS_ENDPOINT_URL_LAMBDA`` (the local stand-in of Lambda's Invoke under ``make run``).
 
 Example::
@@ -59,6 +60,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CANCEL_CHECK_S",
     "INTERNAL_EVENT",
+    "PUBLISHED_ALIAS",
     "ResumableEncoder",
     "cancel",
     "is_internal",
@@ -71,6 +73,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 INTERNAL_EVENT = "responses.background"
+# The alias the template publishes versions under (AutoPublishAlias), invoked when a published version runs.
+PUBLISHED_ALIAS = "live"
 # How often a background run asks whether it was cancelled (a strongly consistent read of its state).
 CANCEL_CHECK_S = 0.5
 
@@ -108,7 +112,11 @@ def _lambda() -> Any:
 def _invoke_self(response_id: str) -> None:
     """Start the run: an asynchronous invocation of this function (Lambda queues the event and answers 202)."""
     payload = json.dumps({"sagestream": INTERNAL_EVENT, "response_id": response_id}).encode()
-    _lambda().invoke(FunctionName=os.environ["AWS_LAMBDA_FUNCTION_NAME"], InvocationType="Event", Payload=payload)
+    args = {"FunctionName": os.environ["AWS_LAMBDA_FUNCTION_NAME"], "InvocationType": "Event", "Payload": payload}
+    if os.environ.get("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST") != "$LATEST":
+        # A published version runs (SnapStart, Managed Instances): the template's alias, which its role may invoke.
+        args["Qualifier"] = PUBLISHED_ALIAS
+    _lambda().invoke(**args)
 
 
 # --- POST /v1/responses with background: true -----------------------------------------------------------
