@@ -55,6 +55,10 @@ def test_a_background_response_is_queued_at_once_and_completes_in_another_invoca
     # Stored as a foreground answer is: continued by its id.
     follow_up = sdk.responses.create(model=MODEL, input="And then?", previous_response_id=queued.id)
     assert follow_up.previous_response_id == queued.id
+    sdk.responses.delete(queued.id)  # the response, and its run's events with it
+    for call in (lambda: sdk.responses.retrieve(queued.id), lambda: sdk.responses.retrieve(queued.id, stream=True)):
+        with pytest.raises(openai.NotFoundError):
+            call()
 
 
 def test_a_stream_is_replayed_after_a_sequence_number_and_followed_to_its_end(stored: LocalStack) -> None:

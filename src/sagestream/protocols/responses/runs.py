@@ -263,6 +263,30 @@ class Runs:
         item = self._call("get_item", Key=_key(response_id, "state"), ConsistentRead=True).get("Item") or {}
         return bool(item.get("cancel_requested", {}).get("BOOL"))
 
+    def delete(self, response_id: str, owner: str) -> bool:
+        """Delete the run's items (state, job, events) when they are ``owner``'s; False when there is no such run."""
+        item = self._call("get_item", Key=_key(response_id, "state"), ConsistentRead=True).get("Item")
+        if item is None or item.get("owner", {}).get("S") != owner:
+            return False
+        keys = [_key(response_id, "job")]
+        more: dict[str, Any] = {}
+        while True:
+            answer = self._call(
+                "query",
+                KeyConditionExpression="id = :id",
+                ExpressionAttributeValues={":id": {"S": f"{response_id}#events"}},
+                ProjectionExpression="id, part",
+                ConsistentRead=True,
+                **more,
+            )
+            keys += [{"id": i["id"], "part": i["part"]} for i in answer.get("Items", [])]
+            if "LastEvaluatedKey" not in answer:
+                break
+            more = {"ExclusiveStartKey": answer["LastEvaluatedKey"]}
+        for key in [*keys, _key(response_id, "state")]:  # the state last: a run half deleted is still found
+            self._call("delete_item", Key=key)
+        return True
+
     def put_events(self, response_id: str, owner: str, batch: Batch) -> int:
         """Write ``batch``; in several items when it is too large for one (split between events). The number of
         writes it took."""

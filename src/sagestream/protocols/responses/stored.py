@@ -183,7 +183,12 @@ def answer(call: Any, config: Config, caller: str, *, deadline: float) -> None:
     assert store is not None
     try:
         if method == "DELETE":
-            if not store.delete(response_id, owner):
+            deleted = store.delete(response_id, owner)
+            if config.responses_resumable_streams or not deleted:  # its run's items too: its events hold its text
+                from sagestream.protocols.responses import background
+
+                deleted = background.runs_for(config).delete(response_id, owner) or deleted
+            if not deleted:
                 raise not_found(response_id)
             call.writer.json({"id": response_id, "object": "response.deleted", "deleted": True})
             return

@@ -171,3 +171,24 @@ def test_follow_gives_up_at_its_deadline(runs: Runs) -> None:
     runs.begin(rid, ALICE, {"id": rid}, background=False)
     polls = list(follow(runs, rid, ALICE, -1, until=time.monotonic() + 0.3, poll_s=0.05))
     assert polls and set(polls) == {b""}
+
+
+def test_delete_removes_the_runs_every_item_for_its_owner_only(runs: Runs, db: LocalDynamoDB) -> None:
+    rid = new_id()
+    runs.begin(rid, ALICE, {"id": rid}, background=True, job={"raw": "the prompt"})
+    log = EventLog(runs, rid, ALICE, flush_s=0.01)
+    log.add(event(0), 0, 1)
+    log.close()
+    log = EventLog(runs, rid, ALICE, flush_s=0.01)
+    log.add(event(1), 1, 1)
+    log.close()
+    assert runs.delete(rid, BOB) is False and runs.state(rid, ALICE) is not None
+    assert runs.delete(rid, ALICE) is True
+    for kind in ("state", "job", "events"):
+        left = db.client().query(
+            TableName=db.table,
+            KeyConditionExpression="id = :i",
+            ExpressionAttributeValues={":i": {"S": f"{rid}#{kind}"}},
+        )
+        assert left["Items"] == [], kind
+    assert runs.delete(rid, ALICE) is False
