@@ -48,6 +48,7 @@ __all__ = [
     "ACTIVE",
     "BATCH_BYTES",
     "FLUSH_S",
+    "MAX_RUN_S",
     "POLL_S",
     "TERMINAL",
     "Batch",
@@ -66,6 +67,8 @@ TERMINAL = frozenset({"completed", "incomplete", "failed", "cancelled"})
 # A batch is written this long after its first event (or sooner, at BATCH_BYTES, or at the end).
 FLUSH_S = 0.25
 BATCH_BYTES = 256 * 1024
+# Longer than any invocation runs (Lambda's 15 minutes, and a minute more): a run still in progress after it is dead.
+MAX_RUN_S = 16 * 60
 # How often a follower asks the table for new events.
 POLL_S = 0.25
 _TERMINAL_EVENTS = (b"event: response.completed\n", b"event: response.incomplete\n", b"event: response.failed\n")
@@ -157,6 +160,7 @@ class Runs:
                 "owner": {"S": owner},
                 "expires_at": expires,
                 "status": {"S": "queued" if background else "in_progress"},
+                "started_at": {"N": str(int(time.time()))},
                 "background": {"BOOL": background},
                 "cancel_requested": {"BOOL": False},
                 "response": {"B": encode(response)},
@@ -180,6 +184,12 @@ class Runs:
             return None
         status = item["status"]["S"]
         response = decode(item["response"]["B"])
+        started = int(item.get("started_at", {}).get("N", "0"))
+        if status == "in_progress" and time.time() - started > MAX_RUN_S:
+            # Longer than any invocation lives: the run's environment died before its end (it ends itself at its
+            # deadline otherwise). Shown as failed, so that nobody waits for it.
+            status = "failed"
+            response = {**response, "error": {"code": "server_error", "message": "The run ended before its answer."}}
         return RunState(
             status=status,
             background=bool(item.get("background", {}).get("BOOL")),
@@ -226,7 +236,9 @@ class Runs:
     def claim(self, response_id: str) -> bool:
         """``queued`` -> ``in_progress``, once: False when it is not queued (run already, or cancelled)."""
         try:
-            self._update(response_id, ("queued",), {"status": {"S": "in_progress"}})
+            self._update(
+                response_id, ("queued",), {"status": {"S": "in_progress"}, "started_at": {"N": str(int(time.time()))}}
+            )
         except Conflict:
             return False
         return True

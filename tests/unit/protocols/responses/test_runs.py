@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from sagestream.protocols.responses.runs import Batch, EventLog, Runs, follow, split_events
+from sagestream.protocols.responses.runs import MAX_RUN_S, Batch, EventLog, Runs, follow, split_events
 from sagestream.protocols.responses.store import DynamoStore, owner_of
 from sagestream_local.dynamodb import LocalDynamoDB
 
@@ -192,3 +192,19 @@ def test_delete_removes_the_runs_every_item_for_its_owner_only(runs: Runs, db: L
         )
         assert left["Items"] == [], kind
     assert runs.delete(rid, ALICE) is False
+
+
+def test_a_run_in_progress_for_longer_than_an_invocation_lives_reads_as_failed(runs: Runs, db: LocalDynamoDB) -> None:
+    rid = new_id()
+    runs.begin(rid, ALICE, {"id": rid, "output": []}, background=True, job={})
+    runs.claim(rid)
+    long_ago = str(int(time.time()) - MAX_RUN_S - 1)
+    db.client().update_item(
+        TableName=db.table,
+        Key={"id": {"S": f"{rid}#state"}, "part": {"N": "0"}},
+        UpdateExpression="SET started_at = :t",
+        ExpressionAttributeValues={":t": {"N": long_ago}},
+    )
+    state = runs.state(rid, ALICE)
+    assert state is not None and state.status == "failed" and state.terminal and state.response["error"]
+    assert list(follow(runs, rid, ALICE, -1, until=time.monotonic() + 5, poll_s=0.01)) == [], "its followers end"
