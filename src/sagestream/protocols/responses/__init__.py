@@ -9,7 +9,10 @@ not define is refused as OpenAI refuses it (``Unrecognized request argument supp
 
 Without a store (``RESPONSES_STORE=none``) nothing is kept: ``previous_response_id`` is refused by name and a
 ``GET`` of a response id is a 404. With one (:mod:`~sagestream.protocols.responses.stored`), an answer is
-kept after its last byte unless ``store`` is false, and ``previous_response_id`` continues the caller's own.
+kept after its last byte unless ``store`` is false, and ``previous_response_id`` continues the caller's own;
+``background: true`` is queued and run by an asynchronous invocation of the function, a stored stream can be
+followed from another connection while it runs, and ``POST /v1/responses/{id}/cancel`` stops a background run
+(:mod:`~sagestream.protocols.responses.background`, over :mod:`~sagestream.protocols.responses.runs`).
 
 Environment variables read: none.
 
