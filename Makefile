@@ -171,9 +171,10 @@ LAMBDA_PLATFORM = manylinux2014_$(if $(filter x86_64,$(LAMBDA_ARCH)),x86_64,aarc
 RUNTIME_DEPS = $(shell $(PYTHON) -c 'import tomllib; print(" ".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))')
 # botocore ships the API models of every AWS service (30 MB of 44, and over 20 MB zipped). The function
 # makes clients for these only: sagemaker-runtime (the upstream), ssm and secretsmanager (API keys, through
-# Powertools Parameters), sts (role credentials), dynamodb (stored responses, sagestream.protocols.responses.store). tests/deploy
+# Powertools Parameters), sts (role credentials), dynamodb (stored responses, sagestream.protocols.responses.store),
+# lambda (a background response's asynchronous invocation, sagestream.protocols.responses.background). tests/deploy
 # fails if src/sagestream names another.
-BOTOCORE_SERVICES = sagemaker-runtime ssm secretsmanager sts dynamodb
+BOTOCORE_SERVICES = sagemaker-runtime ssm secretsmanager sts dynamodb lambda
 
 build-SageStreamFunction:
 	@test -n "$(ARTIFACTS_DIR)" || { echo "ARTIFACTS_DIR is unset: this target is run by sam build" >&2; exit 1; }

@@ -103,6 +103,10 @@ class App:
 
     def __call__(self, event: dict[str, Any], stream: ResponseStream, context: LambdaContext) -> None:
         arrived, arrived_cpu = time.monotonic(), time.thread_time()  # before any work on the event
+        internal = protocols.internal_handler(event)
+        if internal is not None:  # the function's own event (a background response's run), never an HTTP one
+            internal(self, event, stream, context)
+            return
         request = Request.from_event(event)
         record = StreamRecord(
             started=arrived,
@@ -265,6 +269,9 @@ class App:
         req = parsed.request
         record.streamed = stream = bool(req.stream)
         call.ids = self.upstream_ids(call, cfg, getattr(req, "prompt_cache_key", None))
+        if parsed.instead is not None:  # answered otherwise: a background response, run by another invocation
+            parsed.instead(self, call, parsed)
+            return
         payload = self.upstream_payload(call, cfg, parsed, stream=stream, max_tokens_default=cfg.max_tokens_limit)
         # Noted once the call is certain: a request refused above made none, and its record names no ids.
         record.inference_id, record.prefix_aware_id = call.ids.inference_id, call.ids.prefix_aware_id
@@ -377,18 +384,23 @@ class App:
         headers = {**SSE_HEADERS, **parsed.headers}
         # Closed at once however the loop ends (a client gone raises out of the write): the endpoint stops
         # generating for nobody.
-        with parts:
-            decoder = dialect_named(cfg.dialect).stream_decoder(parsed.request)
-            for item, data in relay(_timed(parts, record), decoder, encoder):
-                if isinstance(item, APIError):
-                    record.fail(item)
-                    logger.warning("stream ended by an upstream failure: %s", item.message)
-                writer.write(data, 200, headers)
-                if isinstance(item, Delta):
-                    # Timed here, at the edge: from the read that completed the delta to its write.
-                    record.wrote(item, data, read_at=parts.read_at)
-                elif item is KEEPALIVE:
-                    record.keepalives += 1
+        try:
+            with parts:
+                decoder = dialect_named(cfg.dialect).stream_decoder(parsed.request)
+                for item, data in relay(_timed(parts, record), decoder, encoder):
+                    if isinstance(item, APIError):
+                        record.fail(item)
+                        logger.warning("stream ended by an upstream failure: %s", item.message)
+                    writer.write(data, 200, headers)
+                    if isinstance(item, Delta):
+                        # Timed here, at the edge: from the read that completed the delta to its write.
+                        record.wrote(item, data, read_at=parts.read_at)
+                    elif item is KEEPALIVE:
+                        record.keepalives += 1
+        finally:
+            ended = getattr(encoder, "ended", None)  # an encoder that keeps its events for followers: closed
+            if ended is not None:
+                ended()
         # The Responses encoder's last whole response object (none after a failure): kept once it was sent.
         self._finish(call, parsed, getattr(encoder, "final", None))
 

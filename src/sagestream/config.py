@@ -227,6 +227,7 @@ class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     responses_table: str | None = None
     responses_ttl_days: int = 30
     responses_max_chain: int = 100
+    responses_resumable_streams: bool = True
     tracing: bool = False
     # prompt_cache_key becomes SageMaker's PrefixAwareId (sagestream.sagemaker_ids): for prefix-aware endpoints.
     prefix_aware_routing: bool = False

@@ -455,6 +455,15 @@ SETTINGS: tuple[Setting, ...] = (
         minimum=1,
     ),
     Setting(
+        "RESPONSES_RESUMABLE_STREAMS",
+        "flag",
+        "with a store: a stored stream's events are also kept (in batches) while it runs, so that "
+        "`GET /v1/responses/{id}?stream=true&starting_after=N` can resume it from another connection "
+        "(see [Background responses](api.md#background-responses-resumed-streams-and-cancel))",
+        default=True,
+        field="responses_resumable_streams",
+    ),
+    Setting(
         "RESPONSES_MAX_CHAIN",
         "whole",
         "the most responses one `previous_response_id` chain may hold; a request past it is a 400 naming "

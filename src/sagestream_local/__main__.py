@@ -95,6 +95,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  chat page:  {stack.url}/", flush=True)
     if stack.endpoint is not None:
         print(f"  endpoint:   {stack.endpoint.url}/_sim/records  (what each SageMaker call carried)", flush=True)
+    if stack.lambda_invoke is not None:
+        print(
+            f"  background: {stack.lambda_invoke.url}  (Lambda's async Invoke: background responses run here)",
+            flush=True,
+        )
     if stack.engine is not None:
         engine = stack.engine
         print(f"  engine:     {engine.model_name!r} up in {engine.start_s:.0f} s; its log: {engine.log}", flush=True)

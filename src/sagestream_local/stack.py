@@ -18,6 +18,11 @@ Which upstream the runtime processes call:
   :class:`~sagestream_local.endpoint.SimulatedEndpoint`, with stand-in
   credentials and region so that no AWS configuration is needed.
 
+With ``RESPONSES_STORE=dynamodb``, moto's DynamoDB server holds the store (unless ``AWS_ENDPOINT_URL_DYNAMODB``
+names another) and :class:`~sagestream_local.lambda_invoke.LambdaInvoke` stands in for Lambda's asynchronous
+``Invoke`` (unless ``AWS_ENDPOINT_URL_LAMBDA`` names another), so background responses run in the same runtime
+processes.
+
 With ``AUTH_MODE=jwt`` and no ``JWT_ISSUER``, the stack also runs a
 :class:`~sagestream_local.oidc.LocalIssuer` on loopback, and points ``JWT_ISSUER``, ``JWT_AUDIENCE``,
 ``JWT_REQUIRED_SCOPES`` and ``JWT_PAGE_CLIENT_ID`` at it (each only where unset); the chat page's URL is its
@@ -42,6 +47,7 @@ from sagestream_local.cors import Cors
 from sagestream_local.dynamodb import LocalDynamoDB
 from sagestream_local.endpoint import Scenario, SimulatedEndpoint
 from sagestream_local.function_url import IDLE_TIMEOUT_S, FunctionURL
+from sagestream_local.lambda_invoke import LambdaInvoke
 from sagestream_local.oidc import LocalIssuer
 from sagestream_local.rest_front import THROTTLE_BURST, THROTTLE_RATE, ApiGateway, UsagePlan, rest_front
 from sagestream_local.runtime_api import Pool
@@ -106,6 +112,11 @@ class LocalStack:
         self.dynamodb: LocalDynamoDB | None = None
         if (merged.get("RESPONSES_STORE") or "").lower() == "dynamodb" and not merged.get("AWS_ENDPOINT_URL_DYNAMODB"):
             self.dynamodb = LocalDynamoDB()
+        # With a store, background responses: the function invokes itself asynchronously, here through a
+        # stand-in of Lambda's Invoke that runs the event in this stack's runtime processes.
+        self.lambda_invoke: LambdaInvoke | None = None
+        if (merged.get("RESPONSES_STORE") or "").lower() == "dynamodb" and not merged.get("AWS_ENDPOINT_URL_LAMBDA"):
+            self.lambda_invoke = LambdaInvoke()
         self.endpoint: SimulatedEndpoint | None = None
         self.engine: VllmEngine | None = None
         self.container_front: ContainerFront | None = None
@@ -158,6 +169,10 @@ class LocalStack:
             self.env.setdefault("AWS_ACCESS_KEY_ID", "local")  # moto checks no credential; botocore needs one
             self.env.setdefault("AWS_SECRET_ACCESS_KEY", "local")
             self.env["NO_PROXY"] = ",".join(filter(None, [os.environ.get("NO_PROXY"), "127.0.0.1", "localhost"]))
+        if self.lambda_invoke is not None:
+            self.lambda_invoke.start()
+            self.env["AWS_ENDPOINT_URL_LAMBDA"] = self.lambda_invoke.url
+            self.env["NO_PROXY"] = ",".join(filter(None, [os.environ.get("NO_PROXY"), "127.0.0.1", "localhost"]))
         if self.issuer is not None:  # before the runtime processes: their init fetches its keys
             self.issuer.start()
             self.env["JWT_ISSUER"] = self.issuer.url
@@ -193,6 +208,8 @@ class LocalStack:
         if self.issuer is not None:
             self.issuer.allow_redirect(self.front.url + "/")
         self.pool = self.front.pool.start()
+        if self.lambda_invoke is not None:
+            self.lambda_invoke.pool = self.pool
         self.front.start()
         return self
 
@@ -211,6 +228,8 @@ class LocalStack:
             self.issuer.stop()
         if self.dynamodb is not None:
             self.dynamodb.stop()
+        if self.lambda_invoke is not None:
+            self.lambda_invoke.stop()
 
     def __enter__(self) -> LocalStack:
         return self.start()

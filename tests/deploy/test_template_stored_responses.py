@@ -37,8 +37,29 @@ def test_the_store_is_one_on_demand_table_with_ttl_that_the_function_may_only_re
     statements = [s for p in policies for s in p["PolicyDocument"]["Statement"]]
     dynamo = [s for s in statements if any(str(a).startswith("dynamodb:") for a in s["Action"])]
     (keep,) = dynamo
-    assert sorted(keep["Action"]) == ["dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query"]
+    assert sorted(keep["Action"]) == [
+        "dynamodb:DeleteItem",
+        "dynamodb:GetItem",
+        "dynamodb:PutItem",
+        "dynamodb:Query",
+        "dynamodb:UpdateItem",
+    ]
     assert keep["Resource"] == {"Fn::GetAtt": ["ResponsesTable", "Arn"]}
+
+
+def test_with_the_store_the_function_may_invoke_itself_and_nothing_else(sam: Path) -> None:
+    for versions, target in (
+        ({}, {"Fn::GetAtt": ["SageStreamFunction", "Arn"]}),
+        ({"SnapStart": "true"}, {"Ref": "SageStreamFunctionAliaslive"}),  # what runs is the alias "live"
+    ):
+        resources = _deployed(sam, ResponsesStore="dynamodb", **versions)
+        grant = resources["BackgroundResponsesGrant"]
+        assert grant["Condition"] == "StoresResponses"
+        assert grant["Properties"]["RoleName"] == {"Ref": "SageStreamFunctionRole"}
+        (statement,) = grant["Properties"]["PolicyDocument"]["Statement"]
+        assert statement["Action"] == "lambda:InvokeFunction" and statement["Resource"] == target
+        policies = resources["SageStreamFunctionRole"]["Properties"]["Policies"]
+        assert not [s for p in policies for s in p["PolicyDocument"]["Statement"] if "lambda:" in str(s["Action"])]
 
 
 def test_a_customer_key_encrypts_the_table_and_is_usable_only_through_dynamodb(sam: Path) -> None:

@@ -18,6 +18,9 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from typing import Any
+
 from sagestream.http import Route
 from sagestream.protocols import anthropic, openai, responses
 from sagestream.protocols._api import ClientAPI, Parsed, StreamEncoder, in_client_terms
@@ -38,8 +41,27 @@ __all__ = [
     "StreamEncoder",
     "error_event",
     "in_client_terms",
+    "internal_handler",
 ]
 
 # Every client protocol the function speaks, and the routes each registers.
 APIS: tuple[ClientAPI, ...] = (CHAT, COMPLETIONS, MESSAGES, RESPONSES)
 ROUTES: tuple[Route[ClientAPI], ...] = (*openai.ROUTES, *anthropic.ROUTES, *responses.ROUTES)
+# The function's own events (it invokes itself asynchronously: a background response's run), by their
+# "sagestream" key; handler(app, event, stream, context).
+INTERNAL_EVENTS: dict[str, Callable[[Any, Any, Any, Any], None]] = {**responses.INTERNAL_EVENTS}
+
+
+def internal_handler(event: Mapping[str, Any]) -> Callable[[Any, Any, Any, Any], None] | None:
+    """The handler of one of the function's own events; None for every other (an HTTP front's event always has
+    a ``requestContext``, so no HTTP caller can send one).
+
+    >>> internal_handler({"sagestream": "responses.background"}) is not None
+    True
+    >>> internal_handler({"sagestream": "responses.background", "requestContext": {}}) is None
+    True
+    """
+    if "requestContext" in event or "httpMethod" in event:
+        return None
+    kind = event.get("sagestream")
+    return INTERNAL_EVENTS.get(kind) if isinstance(kind, str) else None

@@ -61,6 +61,9 @@ class Parsed(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     headers: Mapping[str, str] = msgspec.field(default_factory=dict)
     # What to do with the answer once the client has it whole (its bytes): the Responses API stores it.
     finish: Callable[[bytes], None] | None = None
+    # The request answered otherwise than by the upstream call here, given (app, call, this parse): the
+    # Responses API's background request is queued and run by another invocation.
+    instead: Callable[[Any, Any, Any], None] | None = None
 
     @property
     def stream(self) -> bool:
@@ -147,6 +150,8 @@ class App(Protocol):
     def invoke(self, call: Any, cfg: Config, parsed: Parsed, payload: bytes) -> Delta: ...
 
     def owner(self, call: Any) -> str: ...
+
+    def deadline(self, call: Any) -> float: ...
 
 
 def completion_route(path: str, api: ClientAPI) -> Route[ClientAPI]:

@@ -9,7 +9,10 @@ not define is refused as OpenAI refuses it (``Unrecognized request argument supp
 
 Without a store (``RESPONSES_STORE=none``) nothing is kept: ``previous_response_id`` is refused by name and a
 ``GET`` of a response id is a 404. With one (:mod:`~sagestream.protocols.responses.stored`), an answer is
-kept after its last byte unless ``store`` is false, and ``previous_response_id`` continues the caller's own.
+kept after its last byte unless ``store`` is false, and ``previous_response_id`` continues the caller's own;
+``background: true`` is queued and run by an asynchronous invocation of the function, a stored stream can be
+followed from another connection while it runs, and ``POST /v1/responses/{id}/cancel`` stops a background run
+(:mod:`~sagestream.protocols.responses.background`, over :mod:`~sagestream.protocols.responses.runs`).
 
 Environment variables read: none.
 
@@ -34,13 +37,21 @@ import msgspec
 from sagestream.delta import Delta
 from sagestream.errors import APIError
 from sagestream.http import Route
-from sagestream.protocols._api import App, Parsed, completion_route
+from sagestream.protocols._api import App, Parsed, StreamEncoder, completion_route
 from sagestream.protocols.responses.encoder import ResponsesEncoder, response_json
 
 if TYPE_CHECKING:
     from sagestream.config import Config
 
-__all__ = ["RESPONSES", "ROUTES", "UNOFFERED_HEADER", "ResponsesAPI", "stored_response"]
+__all__ = [
+    "INTERNAL_EVENTS",
+    "RESPONSES",
+    "ROUTES",
+    "UNOFFERED_HEADER",
+    "ResponsesAPI",
+    "run_in_background",
+    "stored_response",
+]
 
 
 # The hosted tools (OpenAI runs them; a model container cannot) a request carried and the model was not offered.
@@ -59,12 +70,13 @@ class ResponsesAPI(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         # Here, not at import: the request models are the Responses API's own, built by its first request.
         from sagestream.protocols.responses.request import parse_responses, renamed, unoffered_tools
 
-        previous, depth = None, 0
+        previous, depth, background = None, 0, False
         keeps = cfg.responses_store != "none"
         if keeps:
             from sagestream.protocols.responses import stored  # a deployment without a store never loads it
-        # Only a continuation reads the store (and the body twice) before the answer; any other request, nothing.
-        if keeps and b"previous_response_id" in raw:
+        # Only a continuation or a background request reads the body twice before the answer (and only a
+        # continuation reads the store); any other request, nothing.
+        if keeps and (b"previous_response_id" in raw or b"background" in raw):
             try:
                 data = json.loads(raw)
             except (ValueError, RecursionError):
@@ -73,6 +85,15 @@ class ResponsesAPI(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
                 previous = data["previous_response_id"]
                 data, continues = stored.continued(data, cfg, caller)
                 depth = continues.depth
+                raw = json.dumps(data, ensure_ascii=False).encode()
+            if isinstance(data, dict) and data.get("background") is True:
+                if data.get("store") is False:
+                    raise APIError.invalid_request(
+                        "'background' needs 'store': a background response is stored, to be fetched later.",
+                        param="background",
+                    )
+                background = True
+                data = {k: v for k, v in data.items() if k != "background"}
                 raw = json.dumps(data, ensure_ascii=False).encode()
         request, chat, origins = parse_responses(
             raw,
@@ -85,11 +106,16 @@ class ResponsesAPI(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
             f"tools.{kind}" for kind in unoffered
         )
         headers = {UNOFFERED_HEADER: ", ".join(unoffered)} if unoffered else {}
-        finish = None
+        finish = instead = None
         if keeps and request.store is not False:
             request._previous_response_id = previous if isinstance(previous, str) else None
-            request._stored = True
+            request._stored, request._owner = True, caller
             finish = functools.partial(stored.save, cfg, caller, request_body=raw, depth=depth + 1)
+        if background:
+            from sagestream.protocols.responses import background as runs_in_background
+
+            request._background, finish = True, None  # the run stores its answer itself
+            instead = functools.partial(runs_in_background.start, cfg, caller, request, raw, depth + 1, headers=headers)
         # The dialect's refusals (raised where app builds the body) name the Responses field the client sent.
         return Parsed(
             chat,
@@ -98,10 +124,18 @@ class ResponsesAPI(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
             noops=noops,
             headers=headers,
             finish=finish,
+            instead=instead,
         )
 
-    def encoder(self, parsed: Parsed, cfg: Config) -> ResponsesEncoder:
-        return ResponsesEncoder(parsed.original, model=cfg.model_id, pad_bytes=cfg.sse_pad_bytes)
+    def encoder(self, parsed: Parsed, cfg: Config) -> StreamEncoder:
+        encoder = ResponsesEncoder(parsed.original, model=cfg.model_id, pad_bytes=cfg.sse_pad_bytes)
+        if getattr(parsed.original, "_stored", False) and cfg.responses_resumable_streams:
+            # A stored stream can be followed from another connection while it runs (its events batched to
+            # the table by a thread of its own).
+            from sagestream.protocols.responses.background import resumable
+
+            return resumable(encoder, cfg, parsed.original._owner)
+        return encoder
 
     def whole(self, answer: Delta, parsed: Parsed, cfg: Config) -> bytes:
         return response_json(answer, parsed.original, model=cfg.model_id)
@@ -118,7 +152,8 @@ RESPONSES = ResponsesAPI()
 
 
 def stored_response(app: App, call: Any) -> None:
-    """``GET`` / ``DELETE /v1/responses/{id}`` and ``GET /v1/responses/{id}/input_items``: the caller's own."""
+    """``GET`` / ``DELETE /v1/responses/{id}``, ``GET /v1/responses/{id}/input_items`` and ``POST
+    /v1/responses/{id}/cancel``: the caller's own."""
     if app.config.responses_store == "none":
         raise APIError.not_found(
             f"No response is stored here: this server is stateless and keeps no responses, so "
@@ -127,10 +162,20 @@ def stored_response(app: App, call: Any) -> None:
         )
     from sagestream.protocols.responses import stored
 
-    stored.answer(call, app.config, app.owner(call))
+    stored.answer(call, app.config, app.owner(call), deadline=app.deadline(call))
+
+
+def run_in_background(app: App, event: Mapping[str, Any], stream: Any, context: Any) -> None:
+    """The asynchronous invocation that runs a background response (its module loaded only here)."""
+    from sagestream.protocols.responses import background
+
+    background.run(app, event, stream, context)
 
 
 ROUTES = (
     completion_route("/v1/responses", RESPONSES),
     Route("/v1/responses", (), stored_response, keyed=True, api=RESPONSES, prefix=True),
 )
+
+# The function's own events (never an HTTP request's), by their "sagestream" key: a background run.
+INTERNAL_EVENTS = {"responses.background": run_in_background}

@@ -42,7 +42,7 @@ from sagestream.protocols.responses.sealing import seal
 if TYPE_CHECKING:
     from sagestream.protocols.responses.models import ResponseCreateRequest
 
-__all__ = ["ResponsesEncoder", "response_json"]
+__all__ = ["ResponsesEncoder", "queued_response", "response_json"]
 
 
 # --- the answer ---------------------------------------------------------------------------------------------
@@ -94,6 +94,7 @@ def _echo(request: ResponseCreateRequest) -> dict[str, Any]:
     text.setdefault("format", {"type": "text"})
     reasoning = _given(msgspec.to_builtins(request.reasoning)) if request.reasoning else {}
     return {
+        "background": bool(getattr(request, "_background", False)),
         "instructions": request.instructions,
         "max_output_tokens": request.max_output_tokens,
         "metadata": dict(request.metadata or {}),
@@ -148,7 +149,6 @@ def _head(
         "created_at": created_at,
         "completed_at": int(time.time()) if status == "completed" else None,
         "status": status,
-        "background": False,
         "error": error,
         "incomplete_details": {"reason": incomplete} if incomplete else None,
         "model": model,
@@ -222,6 +222,7 @@ class ResponsesEncoder:
         self.created_at = created_at if created_at is not None else int(time.time())
         self.usage: Usage | None = None
         self.final: bytes | None = None  # the response object as the client last got it whole (not a failed one)
+        self.failed: bytes | None = None  # the response object of response.failed, once it was written
         self._echo = _echo(request)
         from sagestream.protocols.responses.request import namespaced_tools  # loaded by the request's parse already
 
@@ -577,8 +578,22 @@ class ResponsesEncoder:
         out = self._close("incomplete")
         out += self._event("error", {"code": err.code, "message": err.message, "param": err.param})
         code = "rate_limit_exceeded" if err.status == 429 else "server_error"
-        failed = self._snapshot("failed", error={"code": code, "message": err.message})
+        failed = self.failed = self._snapshot("failed", error={"code": code, "message": err.message})
         return out + self._lifecycle("response.failed", failed)
+
+    @property
+    def sequence(self) -> int:
+        """The next event's ``sequence_number``: how many events were written."""
+        return self._seq
+
+    def snapshot(self, status: str) -> bytes:
+        """The response object as it stands (its finished items), with ``status``."""
+        return self._snapshot(status)
+
+
+def queued_response(request: ResponseCreateRequest, *, model: str, id: str, created_at: int) -> bytes:
+    """The response object of a background request before its run starts: ``queued``, no output yet."""
+    return dumps(_response(id=id, created_at=created_at, model=model, echo=_echo(request), status="queued", output=[]))
 
 
 def response_json(

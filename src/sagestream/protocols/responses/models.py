@@ -228,6 +228,8 @@ class ResponseCreateRequest(Strict, dict=True, kw_only=True):
         _vendor_fields: dict[str, Any]
         _previous_response_id: str | None
         _stored: bool
+        _background: bool
+        _owner: str
 
     def sent(self) -> dict[str, Any]:
         """The fields the client sent with a value (not null), as the JSON values it sent."""

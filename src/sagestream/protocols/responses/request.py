@@ -90,7 +90,7 @@ def parse_responses(
     request = convert(ResponseCreateRequest, _typed_items(data))
     check_entries("metadata", request.metadata, MetadataValue)
     request._sent, request._vendor_fields = data, vendor
-    request._previous_response_id, request._stored = None, False  # a store's to set
+    request._previous_response_id, request._stored, request._background = None, False, False  # a store's to set
     chat, origins = _translate(request)
     _check_tool_choice(chat)  # as chat answers: required or a named tool needs tools holding it
     try:
