@@ -160,9 +160,57 @@ def stored_response(app: App, call: Any) -> None:
             f"{call.request.method} {call.request.path} has nothing to find; only POST /v1/responses is served.",
             code="response_not_found",
         )
-    from sagestream.protocols.responses import stored
+    _by_id(call, app.config, app.owner(call), deadline=app.deadline(call))
 
-    stored.answer(call, app.config, app.owner(call), deadline=app.deadline(call))
+
+def _by_id(call: Any, config: Config, caller: str, *, deadline: float) -> None:
+    """``GET`` / ``DELETE /v1/responses/{id}``, ``GET /v1/responses/{id}/input_items`` and ``POST
+    /v1/responses/{id}/cancel`` for ``caller``: its own response (another caller's id is a 404 as an unknown one
+    is). A response still running (or cancelled, or failed) is shown by its run's state; ``?stream=true``
+    replays and follows its events (until ``deadline``, a :func:`time.monotonic` value).
+
+    Here, not in ``stored``: a response's run (``background``) reads the store through ``stored``, and the route
+    is the one place that needs both. Both modules load on the first such request, never at init."""
+    from sagestream.protocols.responses import background, stored
+    from sagestream.protocols.responses.store import StoreError, owner_of
+
+    rest = call.request.path.rstrip("/").removeprefix("/v1/responses/")
+    response_id, _, tail = rest.partition("/")
+    method = call.request.method
+    allowed = {"": ("GET", "HEAD", "DELETE"), "input_items": ("GET", "HEAD"), "cancel": ("POST",)}.get(tail)
+    if allowed is None or not response_id:
+        raise APIError.not_found(f"Unknown path {call.request.path}.", code="unknown_url")
+    if method not in allowed:
+        raise APIError.method_not_allowed(method, call.request.path, ", ".join(allowed))
+    call.writer.head = method == "HEAD"
+    if tail == "cancel" or (tail == "" and method != "DELETE" and call.request.query.get("stream") == "true"):
+        if tail == "cancel":
+            background.cancel(call, config, caller, response_id)
+        else:
+            background.replay(call, config, caller, response_id, deadline)
+        return
+    store, owner = stored.store_for(config), owner_of(caller)
+    assert store is not None
+    try:
+        if method == "DELETE":
+            deleted = store.delete(response_id, owner)
+            if config.responses_resumable_streams or not deleted:  # its run's items too: its events hold its text
+                deleted = background.runs_for(config).delete(response_id, owner) or deleted
+            if not deleted:
+                raise stored.not_found(response_id)
+            call.writer.json({"id": response_id, "object": "response.deleted", "deleted": True})
+            return
+        found = store.get(response_id, owner)
+        if found is None and not tail:
+            running = background.status(config, caller, response_id)
+            if running is not None:
+                call.writer.json(running)
+                return
+    except StoreError as exc:
+        raise stored.unavailable(exc) from exc
+    if found is None:
+        raise stored.not_found(response_id)
+    call.writer.json(found.response if not tail else stored.input_items_page(found.input_items, call.request.query))
 
 
 def run_in_background(app: App, event: Mapping[str, Any], stream: Any, context: Any) -> None:

@@ -1,4 +1,4 @@
-"""The Responses API's stored responses (``RESPONSES_STORE=dynamodb``): ``previous_response_id``, and ``GET`` /
+"""The Responses API's stored responses (``RESPONSES_STORE=dynamodb``): ``previous_response_id``, and what ``GET`` /
 ``DELETE /v1/responses/{id}`` and its ``input_items``, over :mod:`sagestream.protocols.responses.store`.
 
 A request that continues a stored response is the stored response's whole input, then its output items, then the
@@ -37,7 +37,6 @@ if TYPE_CHECKING:
     from sagestream.config import Config
 
 __all__ = [
-    "answer",
     "continued",
     "input_items_page",
     "not_found",
@@ -155,53 +154,3 @@ def save(cfg: Config, owner: str, response_json: bytes, *, request_body: bytes, 
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise StoreError(f"the answer or its request is not what was expected: {exc}") from exc
     store.put(response_id, owner_of(owner), response, items, depth)
-
-
-def answer(call: Any, config: Config, caller: str, *, deadline: float) -> None:
-    """``GET`` / ``DELETE /v1/responses/{id}``, ``GET /v1/responses/{id}/input_items`` and ``POST
-    /v1/responses/{id}/cancel`` for ``caller``: its own response (another caller's id is a 404 as an unknown one
-    is). A response still running (or cancelled, or failed) is shown by its run's state; ``?stream=true``
-    replays and follows its events (until ``deadline``, a :func:`time.monotonic` value)."""
-    rest = call.request.path.rstrip("/").removeprefix("/v1/responses/")
-    response_id, _, tail = rest.partition("/")
-    method = call.request.method
-    allowed = {"": ("GET", "HEAD", "DELETE"), "input_items": ("GET", "HEAD"), "cancel": ("POST",)}.get(tail)
-    if allowed is None or not response_id:
-        raise APIError.not_found(f"Unknown path {call.request.path}.", code="unknown_url")
-    if method not in allowed:
-        raise APIError.method_not_allowed(method, call.request.path, ", ".join(allowed))
-    call.writer.head = method == "HEAD"
-    if tail == "cancel" or (tail == "" and method != "DELETE" and call.request.query.get("stream") == "true"):
-        from sagestream.protocols.responses import background
-
-        if tail == "cancel":
-            background.cancel(call, config, caller, response_id)
-        else:
-            background.replay(call, config, caller, response_id, deadline)
-        return
-    store, owner = store_for(config), owner_of(caller)
-    assert store is not None
-    try:
-        if method == "DELETE":
-            deleted = store.delete(response_id, owner)
-            if config.responses_resumable_streams or not deleted:  # its run's items too: its events hold its text
-                from sagestream.protocols.responses import background
-
-                deleted = background.runs_for(config).delete(response_id, owner) or deleted
-            if not deleted:
-                raise not_found(response_id)
-            call.writer.json({"id": response_id, "object": "response.deleted", "deleted": True})
-            return
-        found = store.get(response_id, owner)
-        if found is None and not tail:
-            from sagestream.protocols.responses import background
-
-            running = background.status(config, caller, response_id)
-            if running is not None:
-                call.writer.json(running)
-                return
-    except StoreError as exc:
-        raise unavailable(exc) from exc
-    if found is None:
-        raise not_found(response_id)
-    call.writer.json(found.response if not tail else input_items_page(found.input_items, call.request.query))
