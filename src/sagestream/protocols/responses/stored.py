@@ -1,5 +1,6 @@
-"""The Responses API's stored responses (``RESPONSES_STORE=dynamodb``): ``previous_response_id``, and what ``GET`` /
-``DELETE /v1/responses/{id}`` and its ``input_items``, over :mod:`sagestream.protocols.responses.store`.
+"""The Responses API's stored responses (``RESPONSES_STORE=dynamodb``): ``previous_response_id``, and the reads
+behind ``GET`` / ``DELETE /v1/responses/{id}`` and its ``input_items`` over
+:mod:`sagestream.protocols.responses.store`.
 
 A request that continues a stored response is the stored response's whole input, then its output items, then the
 new input, as the model saw them (``instructions`` are not carried over, as OpenAI documents): one read,
