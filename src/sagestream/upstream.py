@@ -2,8 +2,10 @@
 
 botocore's ``EventStream`` iterates ``raw.stream()``, which reads 64 KiB at a time: on a close-delimited
 response that holds every frame back until the block fills or the stream ends. Here the raw urllib3
-response is read with ``read1``, which returns whatever the socket has (chunked or not), and botocore's
-own ``EventStreamBuffer`` and parser turn those bytes into events, so that decoding stays botocore's.
+response is read with ``read1``, which returns whatever the socket has (chunked or not), and the function's
+own :class:`~sagestream.eventstream.FrameReader` turns those bytes into PayloadPart payloads (botocore's
+frame parser was a tenth of a delta's instructions); any other frame still goes through botocore's event
+parser, so an exception frame raises botocore's ``EventStreamError`` as before.
 
 The function's own time limit is an upstream fault like the others, for a stream and a whole answer alike:
 every socket read of a call waits at most until the deadline, and :class:`DeadlineReached` is raised when it
@@ -40,12 +42,12 @@ from types import TracebackType
 from typing import Any
 
 import botocore.config
-import botocore.eventstream
 import botocore.exceptions
 import botocore.session
 
 from sagestream import __version__
 from sagestream.config import Config
+from sagestream.eventstream import FrameReader
 from sagestream.faults import DeadlineReached, error_from
 from sagestream.sagemaker_ids import UpstreamIds
 
@@ -276,7 +278,8 @@ class PayloadParts(_DeadlineReads):
         self._watched: tuple[Any, Any, Any, select.poll] | None = None
 
     def __iter__(self) -> Iterator[bytes]:
-        buffer = botocore.eventstream.EventStreamBuffer()
+        frames = FrameReader(self._event_stream._parse_event)  # botocore's parser for all but PayloadParts
+        feed = frames.feed
         heard = time.monotonic()  # when the endpoint last sent something: keep-alives count toward the read timeout
         try:
             while True:
@@ -295,18 +298,9 @@ class PayloadParts(_DeadlineReads):
                     self.read_at = heard = time.monotonic()
                 if not data:
                     return
-                buffer.add_data(data)
-                for message in buffer:
-                    headers = message.headers
-                    if headers.get(":message-type") == "event" and headers.get(":event-type") == "PayloadPart":
-                        # What botocore's parser would make of it, without building a response per token.
-                        if message.payload:
-                            yield message.payload
-                        continue
-                    event = self._event_stream._parse_event(message)  # raises EventStreamError for exceptions
-                    part = event.get("PayloadPart") if event else None
-                    if part is not None and part.get("Bytes"):
-                        yield part["Bytes"]
+                yield from feed(data)
+                if frames.failure is not None:
+                    raise frames.failure  # a bad frame after good ones in the same read: after their payloads
         except DeadlineReached:
             raise
         except Exception as exc:
