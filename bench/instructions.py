@@ -16,7 +16,9 @@ Figures (medians over the measured requests' intervals):
   botocore's call (``first_token_botocore``): event parse, routing, validation, upstream body, response
   start, the first part's relay and write; for a chat, and (``first_token_own_responses``,
   ``first_token_own_messages``) for the same question on the Responses and Messages routes, whose first
-  write carries their opening events.
+  write carries their opening events;
+- ``function_per_delta_responses`` and ``function_per_delta_messages`` (and their ratios to the peer's):
+  ``per_delta`` on those routes, the same stream read and decoded, written in that protocol's events.
 
 The counts are of this machine's CPython build (pyenv's 3.13, not Lambda's PGO build) and include each
 mark's own small cost (a line written to a file, ``getppid``), the same for the function and the peer.
@@ -216,4 +218,9 @@ def measure(clock: InitClock, sim: Any, env: dict[str, str], event: dict[str, An
     for protocol, path, body in OPENINGS:
         opening = function_run(clock, sim, env, requests, True, _event_at(event, path, body))
         out["instructions"][f"first_token_own_{protocol}"] = round(opening["first_token_own"])
+        # The same stream's middle deltas on that route: the same upstream and decoder, that protocol's encoder.
+        out["instructions"][f"function_per_delta_{protocol}"] = round(opening["per_delta"])
+        out["instructions"][f"per_delta_vs_line_iterator_{protocol}"] = round(
+            opening["per_delta"] / peer["per_delta"], 3
+        )
     return out
