@@ -224,3 +224,44 @@ def measure(clock: InitClock, sim: Any, env: dict[str, str], event: dict[str, An
             opening["per_delta"] / peer["per_delta"], 3
         )
     return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m bench.instructions [--requests N]``: the counted per-delta figures alone, every protocol.
+
+    What ``make bench`` counts per delta and per first token (the function on chat, Responses and Messages,
+    and the line-iterator peer), on a simulated endpoint of its own, without the rest of the benchmark: a
+    couple of minutes under callgrind, and the counts do not depend on what else the host runs.
+    """
+    import argparse
+
+    from bench.run import COLD_EVENT
+    from sagestream_local.endpoint import Scenario
+    from sagestream_local.stack import LocalStack
+
+    parser = argparse.ArgumentParser(prog="python -m bench.instructions", description=main.__doc__)
+    parser.add_argument("--requests", type=int, default=3, help="warm requests counted per route (3, as make bench)")
+    args = parser.parse_args(argv)
+    if valgrind() is None:
+        parser.error("needs valgrind (apt-get install valgrind)")
+    clock = InitClock()
+    scenario = Scenario(dialect="openai", non_ascii=0.1)
+    with LocalStack(port=0, concurrency=1, env={"PYTHONPATH": PYTHONPATH}, scenario=scenario) as stack:
+        sim = stack.endpoint
+        env = {k: v for k, v in stack.env.items() if k != "SERVE_UI"}
+        peer = peer_run(sim, env, "line-iterator", args.requests, True)
+        print(f"line-iterator: {round(peer['per_delta'])} instructions per delta", flush=True)
+        routes = [("chat", COLD_EVENT), *((p, _event_at(COLD_EVENT, path, body)) for p, path, body in OPENINGS)]
+        for protocol, event in routes:
+            run = function_run(clock, sim, env, args.requests, True, event)
+            print(
+                f"{protocol}: {round(run['per_delta'])} instructions per delta "
+                f"({run['per_delta'] / peer['per_delta']:.3f}x line-iterator's), first token's own "
+                f"{round(run['first_token_own'])}",
+                flush=True,
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
