@@ -9,10 +9,10 @@ docs/architecture.md).
 
 Why by hand: botocore's own ``EventStreamBuffer`` is pure Python and builds, per frame, a prelude object, a
 header dictionary (a dozen small calls and a slice of the headers per header), a message object, and copies
-the whole buffer on each frame: 78 k of the 250 k instructions a delta cost with it (docs/benchmark.md). Here a frame
-is a few ``unpack_from`` calls, one ``zlib.crc32`` (C) and one slice for the payload: a ``PayloadPart``'s
-headers are the same bytes in every frame of a stream, so they are parsed once and then recognised by
-comparison. Everything else stays botocore's: it still signs and sends the call, and a frame that is not a
+the whole buffer on each frame: 78 k of the 250 k instructions a delta cost with it (docs/benchmark.md).
+Here a frame is a few ``unpack_from`` calls, two ``zlib.crc32`` (C) and one slice for the payload: a
+``PayloadPart``'s headers are the same bytes in every frame of a stream, so they are parsed once and then
+recognised by comparison. Everything else stays botocore's: it still signs and sends the call, and a frame that is not a
 ``PayloadPart`` event (a modeled exception such as ``ModelStreamError``, an error, an unknown event) goes
 through botocore's own event parser, so it raises the same ``EventStreamError`` the fault table maps today.
 
