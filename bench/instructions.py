@@ -16,7 +16,9 @@ Figures (medians over the measured requests' intervals):
   botocore's call (``first_token_botocore``): event parse, routing, validation, upstream body, response
   start, the first part's relay and write; for a chat, and (``first_token_own_responses``,
   ``first_token_own_messages``) for the same question on the Responses and Messages routes, whose first
-  write carries their opening events.
+  write carries their opening events;
+- ``function_per_delta_responses`` and ``function_per_delta_messages`` (and their ratios to the peer's):
+  ``per_delta`` on those routes, the same stream read and decoded, written in that protocol's events.
 
 The counts are of this machine's CPython build (pyenv's 3.13, not Lambda's PGO build) and include each
 mark's own small cost (a line written to a file, ``getppid``), the same for the function and the peer.
@@ -216,4 +218,50 @@ def measure(clock: InitClock, sim: Any, env: dict[str, str], event: dict[str, An
     for protocol, path, body in OPENINGS:
         opening = function_run(clock, sim, env, requests, True, _event_at(event, path, body))
         out["instructions"][f"first_token_own_{protocol}"] = round(opening["first_token_own"])
+        # The same stream's middle deltas on that route: the same upstream and decoder, that protocol's encoder.
+        out["instructions"][f"function_per_delta_{protocol}"] = round(opening["per_delta"])
+        out["instructions"][f"per_delta_vs_line_iterator_{protocol}"] = round(
+            opening["per_delta"] / peer["per_delta"], 3
+        )
     return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m bench.instructions [--requests N]``: the counted per-delta figures alone, every protocol.
+
+    What ``make bench`` counts per delta and per first token (the function on chat, Responses and Messages,
+    and the line-iterator peer), on a simulated endpoint of its own, without the rest of the benchmark: a
+    couple of minutes under callgrind, and the counts do not depend on what else the host runs.
+    """
+    import argparse
+
+    from bench.run import COLD_EVENT
+    from sagestream_local.endpoint import Scenario
+    from sagestream_local.stack import LocalStack
+
+    parser = argparse.ArgumentParser(prog="python -m bench.instructions", description=main.__doc__)
+    parser.add_argument("--requests", type=int, default=3, help="warm requests counted per route (3, as make bench)")
+    args = parser.parse_args(argv)
+    if valgrind() is None:
+        parser.error("needs valgrind (apt-get install valgrind)")
+    clock = InitClock()
+    scenario = Scenario(dialect="openai", non_ascii=0.1)
+    with LocalStack(port=0, concurrency=1, env={"PYTHONPATH": PYTHONPATH}, scenario=scenario) as stack:
+        sim = stack.endpoint
+        env = {k: v for k, v in stack.env.items() if k != "SERVE_UI"}
+        peer = peer_run(sim, env, "line-iterator", args.requests, True)
+        print(f"line-iterator: {round(peer['per_delta'])} instructions per delta", flush=True)
+        routes = [("chat", COLD_EVENT), *((p, _event_at(COLD_EVENT, path, body)) for p, path, body in OPENINGS)]
+        for protocol, event in routes:
+            run = function_run(clock, sim, env, args.requests, True, event)
+            print(
+                f"{protocol}: {round(run['per_delta'])} instructions per delta "
+                f"({run['per_delta'] / peer['per_delta']:.3f}x line-iterator's), first token's own "
+                f"{round(run['first_token_own'])}",
+                flush=True,
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

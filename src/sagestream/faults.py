@@ -19,6 +19,7 @@ Example::
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import re
@@ -133,7 +134,9 @@ _EXCEPTION_FAULTS: tuple[tuple[tuple[type[BaseException], ...], _Fault], ...] = 
             urllib3.exceptions.ProtocolError,
             urllib3.exceptions.HTTPError,
             botocore.exceptions.HTTPClientError,
-            ConnectionError,
+            # What urllib3 would have wrapped as the above: the stream's body is read from http.client directly.
+            http.client.HTTPException,
+            OSError,
         ),
         _Fault(502, "upstream_connection_error", "The connection to the model endpoint broke."),
     ),

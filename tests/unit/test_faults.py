@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import http.client
 import json
+import ssl
 
 import botocore.exceptions
 import pytest
@@ -42,6 +44,11 @@ def client_error(code: str, status: int, message: str = "msg", **extra: object) 
         (botocore.exceptions.ReadTimeoutError(endpoint_url="http://x"), 504, "upstream_timeout"),
         (botocore.exceptions.ConnectTimeoutError(endpoint_url="http://x"), 504, "upstream_timeout"),
         (urllib3.exceptions.ProtocolError("Connection broken"), 502, "upstream_connection_error"),
+        # The stream's body is read from http.client under urllib3, whose wrapping of these is skipped.
+        (http.client.IncompleteRead(b"", 12), 502, "upstream_connection_error"),
+        (ConnectionResetError(104, "Connection reset by peer"), 502, "upstream_connection_error"),
+        (ssl.SSLError(1, "bad record mac"), 502, "upstream_connection_error"),
+        (TimeoutError("timed out"), 504, "upstream_timeout"),
         (botocore.exceptions.EndpointConnectionError(endpoint_url="http://x"), 502, "upstream_connection_error"),
     ],
 )

@@ -19,6 +19,8 @@ import json
 from collections.abc import Mapping
 from typing import Any, cast
 
+import msgspec
+
 from sagestream.delta import Usage
 from sagestream.errors import MAX_MESSAGE_CHARS
 
@@ -54,7 +56,22 @@ class UpstreamStreamError(Exception):
 FINISH_REASONS = {"length": "length", "eos_token": "stop", "stop_sequence": "stop"}
 
 
+# msgspec's JSON decoder reads a container's chunk in a third of json.loads's instructions (9.9 k against 29.6 k,
+# callgrind, a vLLM text chunk) and gives the same values; what it refuses, json.loads reads as before.
+_decode = msgspec.json.Decoder().decode
+
+
 def load(text: str | bytes) -> Any:
+    """A container's JSON; :class:`DecodeError` if it is not JSON, as ``json.loads`` reads it.
+
+    msgspec decodes; the few inputs it refuses that ``json.loads`` reads (``NaN``, ``1e400``, a lone
+    surrogate escape, UTF-16 bytes) go to ``json.loads``, so the values are its values (a property test in
+    tests/unit/dialects/test_read.py holds the two to it).
+    """
+    try:
+        return _decode(text)
+    except (msgspec.MsgspecError, RecursionError):
+        pass
     try:
         return json.loads(text)
     except (ValueError, RecursionError) as exc:  # ValueError: JSONDecodeError, UnicodeDecodeError
