@@ -98,7 +98,7 @@ def test_the_text_fast_path_writes_what_the_general_path_would() -> None:
     general = ResponsesEncoder(parse({"input": "Hi"}).original, model="m", id="resp_1", created_at=0)
     fast.encode(Delta("a"))
     general.encode(Delta("a"))
-    general._open.id = fast._open.id  # type: ignore[union-attr]
+    general._items.open.id = fast._items.open.id  # type: ignore[union-attr]
     for text in ('"quoted" \\ \n', "é😀", "\x00"):
         assert split(fast.encode(Delta(text))) == split(general._encode(Delta(text)))
 
