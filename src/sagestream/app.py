@@ -347,7 +347,11 @@ class App:
             return capacity.first_answer(ask, cfg.upstreams, held, deadline=deadline, wait=wait)
         finally:
             record = call.record
-            record.target, record.fallback = held.target, held.fallback
+            if cfg.fallbacks and held.target is not None:
+                # Where there was a choice: the record names the target, and so does the response, unless it
+                # started already (a held stream's keep-alives).
+                record.target, record.fallback = held.target, held.fallback
+                call.writer.extra_headers[TARGET_HEADER] = held.target
             if held.rounds:
                 record.cold_wait_rounds, record.cold_wait_ms = held.rounds, held.waited_s * 1000
 
@@ -414,8 +418,6 @@ class App:
             deadline=deadline,
             wait=_KeepAlives(call, headers, cfg.sse_keepalive_s),
         )
-        if len(cfg.upstreams) > 1 and record.target is not None:
-            headers[TARGET_HEADER] = record.target  # unless held keep-alives started the response already
         # Closed at once however the loop ends (a client gone raises out of the write): the endpoint stops
         # generating for nobody.
         with parts:

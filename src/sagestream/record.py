@@ -163,8 +163,9 @@ class StreamRecord(msgspec.Struct, forbid_unknown_fields=True):
     deadline_stop: bool = False
     stored: bool | None = None  # a Responses answer kept in the store (None: not asked to be)
     keepalives: int = 0  # SSE comments written while the endpoint was silent, or the request held (SSE_KEEPALIVE_S)
-    # Cold and busy endpoints (sagestream.capacity): the upstream that answered, whether it was a fallback, and
-    # how long the request was held (rounds waited for; from the first capacity fault to the answer or refusal).
+    # Cold and busy endpoints (sagestream.capacity): for a model with fallbacks, the upstream that answered and
+    # whether it was a fallback; how long the request was held (rounds waited for; from the first capacity fault
+    # to the answer or the refusal), for any model.
     target: str | None = None
     fallback: bool = False
     cold_wait_rounds: int = 0

@@ -219,7 +219,7 @@ def invocation_metrics(
         # A request held while its model had no capacity, and for how long (served or refused after it).
         main.add_metric("ColdWaits", MetricUnit.Count, 1)
         main.add_metric("ColdWaitTime", ms, record.cold_wait_ms)
-    if record.target is not None:
+    if record.target is not None:  # a model with fallbacks, served: by one of them (1) or by its own (0)
         main.add_metric("Fallbacks", MetricUnit.Count, int(record.fallback))
     main.add_metadata("function_request_id", request_id)
     blobs.append(dict(main.serialize_metric_set()))
