@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import anthropic
 import pytest
 
 from sagestream_local.endpoint import Scenario
@@ -35,6 +36,7 @@ MODELS = {
     },
     "held": {"endpoint": SIM_ENDPOINT_NAME, "inference_component": "solo", "cold_wait_s": 10},
     "plain": {"endpoint": SIM_ENDPOINT_NAME, "inference_component": "plain"},
+    "brief": {"endpoint": SIM_ENDPOINT_NAME, "inference_component": "plain", "cold_wait_s": 0.8},
 }
 ENV = {
     "MODELS": json.dumps(MODELS),
@@ -132,6 +134,25 @@ def test_a_held_stream_gets_keepalives_and_then_its_tokens(cold: Captured) -> No
     assert 900 <= log.data["cold_wait_ms"] < 5000, log.data["cold_wait_ms"]
     (blob,) = emf(lines, "ColdWaits")
     assert blob.data["ColdWaits"] == [1] and blob.data["ColdWaitTime"] == [pytest.approx(log.data["cold_wait_ms"])]
+
+
+def test_a_held_stream_whose_wait_runs_out_ends_with_each_protocols_error_event(cold: Captured) -> None:
+    scale_to_zero(cold, 30, "plain")
+    sdk = openai.OpenAI(base_url=f"{cold.stack.url}/v1", api_key="unused", max_retries=0)
+    with pytest.raises(openai.APIError) as chat:
+        list(sdk.chat.completions.create(model="brief", messages=ASK, stream=True))  # type: ignore[call-overload]
+    assert "no copy running" in chat.value.message
+    events = list(sdk.responses.create(model="brief", input="Hi", stream=True))
+    assert [e.type for e in events][-2:] == ["error", "response.failed"]
+    assert events[-2].code == "no_capacity"  # type: ignore[union-attr]
+    claude = anthropic.Anthropic(base_url=cold.stack.url, api_key="unused", max_retries=0)
+    with (
+        pytest.raises(anthropic.APIStatusError) as messages,
+        claude.messages.stream(model="brief", max_tokens=20, messages=ASK) as stream,  # type: ignore[arg-type]
+    ):
+        stream.get_final_message()
+    assert messages.value.body["error"]["type"] == "overloaded_error"  # type: ignore[index]
+    assert {fault for _, _, fault in calls(cold)} == {"no_capacity"}
 
 
 def test_a_held_whole_answer_writes_nothing_until_it_has_one(cold: Captured) -> None:
