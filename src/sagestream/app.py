@@ -38,13 +38,13 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 from snapshot_restore_py import register_after_restore
 
-from sagestream import faults, page, protocols, sagemaker_ids, upstream
+from sagestream import capacity, faults, page, protocols, sagemaker_ids, upstream
 from sagestream.auth import Authenticator, presented_keys, requires_key
 from sagestream.config import Config
 from sagestream.delta import Delta
@@ -55,7 +55,7 @@ from sagestream.http import JSON_HEADERS, SSE_HEADERS, Request, Route, Routes, W
 from sagestream.lambda_runtime import ClientDisconnected, LambdaContext, ResponseStream, WriteTimedOut
 from sagestream.protocols import ClientAPI, Parsed, StreamEncoder, error_event
 from sagestream.record import StreamRecord
-from sagestream.relay import KEEPALIVE, relay
+from sagestream.relay import KEEPALIVE, KEEPALIVE_EVENT, relay
 from sagestream.sagemaker_ids import UpstreamIds
 from sagestream.telemetry import Telemetry, prompt_of
 
@@ -65,6 +65,10 @@ if TYPE_CHECKING:
 __all__ = ["App", "Call", "Request", "Route", "Writer", "handler"]
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+# The response header naming the upstream that served a model with fallbacks (the log record's `target`).
+TARGET_HEADER = "x-sagestream-target"
 
 
 class Call(msgspec.Struct, forbid_unknown_fields=True):
@@ -321,12 +325,41 @@ class App:
         return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
 
     def invoke(self, call: Call, cfg: Config, parsed: Parsed, payload: bytes) -> Delta:
-        """A whole (non-streamed) answer to ``payload``, as one delta; a fault as the client's error."""
+        """A whole (non-streamed) answer to ``payload``, as one delta; a fault as the client's error.
+
+        Held while the model has no capacity as a stream is, with nothing written meanwhile (a whole answer has
+        no keep-alive): a client that leaves is not noticed before the deadline or ``cold_wait_s``."""
+        deadline = self.deadline(call)
         try:
-            body = upstream.invoke(self.client, cfg, payload, deadline=self.deadline(call), ids=call.ids)
+            body = self.first_answer(
+                call,
+                cfg,
+                lambda target: upstream.invoke(self.client, target, payload, deadline=deadline, ids=call.ids),
+                deadline=deadline,
+                wait=time.sleep,
+            )
             return dialect_named(cfg.dialect).decode_body(body, parsed.request)
         except (DecodeError, UpstreamStreamError) as exc:
             raise faults.error_from(exc) from exc
+
+    @staticmethod
+    def first_answer(
+        call: Call, cfg: Config, ask: Callable[[Config], T], *, deadline: float, wait: Callable[[float], None]
+    ) -> T:
+        """``ask``'s answer from the model's first upstream that has capacity (:mod:`sagestream.capacity`: its
+        fallbacks in order, held up to its ``cold_wait_s``); the record told which served and how long it waited."""
+        held = capacity.Held()
+        try:
+            return capacity.first_answer(ask, cfg.upstreams, held, deadline=deadline, wait=wait)
+        finally:
+            record = call.record
+            if cfg.fallbacks and held.target is not None:
+                # Where there was a choice: the record names the target, and so does the response, unless it
+                # started already (a held stream's keep-alives).
+                record.target, record.fallback = held.target, held.fallback
+                call.writer.extra_headers[TARGET_HEADER] = held.target
+            if held.rounds:
+                record.cold_wait_rounds, record.cold_wait_ms = held.rounds, held.waited_s * 1000
 
     def owner(self, call: Call) -> str:
         """Who is asking, as what they keep is kept by (stored responses): the token's issuer and subject, the
@@ -377,11 +410,20 @@ class App:
     def _stream(self, call: Call, cfg: Config, api: ClientAPI, parsed: Parsed, payload: bytes) -> None:
         """Open the upstream stream and write each delta the moment it is decoded."""
         record, writer = call.record, call.writer
-        parts = upstream.open_stream(
-            self.client, cfg, payload, deadline=self.deadline(call), ids=call.ids, keepalive_s=cfg.sse_keepalive_s
-        )
+        # Made first: a request held for capacity may have started the response with keep-alives, and a fault
+        # after them is this encoder's error event.
         encoder = call.encoder = api.encoder(parsed, cfg)
         headers = {**SSE_HEADERS, **parsed.headers}
+        deadline = self.deadline(call)
+        parts = self.first_answer(
+            call,
+            cfg,
+            lambda target: upstream.open_stream(
+                self.client, target, payload, deadline=deadline, ids=call.ids, keepalive_s=cfg.sse_keepalive_s
+            ),
+            deadline=deadline,
+            wait=_KeepAlives(call, headers, cfg.sse_keepalive_s),
+        )
         # Closed at once however the loop ends (a client gone raises out of the write): the endpoint stops
         # generating for nobody.
         try:
@@ -428,6 +470,33 @@ def _model_named(body: bytes) -> tuple[bool, str | None]:
     if model is None or isinstance(model, str):
         return True, model
     return False, None
+
+
+class _KeepAlives:
+    """The wait of a stream held for capacity: an SSE keep-alive comment every ``every_s`` of it, as for an
+    endpoint's silence, so that a front which cuts silent streams keeps it, and a client that left is noticed
+    (the write raises :class:`ClientDisconnected`, which ends the hold). ``every_s`` 0: no comments. The first
+    comment starts the response (200): a fault after it is the protocol's error event."""
+
+    def __init__(self, call: Call, headers: dict[str, str], every_s: float) -> None:
+        self.call, self.headers, self.every_s = call, headers, every_s
+        self.due: float | None = None  # when the next comment is due; counted from the first wait
+
+    def __call__(self, seconds: float) -> None:
+        now = time.monotonic()
+        end = now + seconds
+        if not self.every_s:
+            time.sleep(seconds)
+            return
+        if self.due is None:
+            self.due = now + self.every_s
+        while now < end:
+            if now >= self.due:
+                self.call.writer.write(KEEPALIVE_EVENT, 200, self.headers)
+                self.call.record.keepalives += 1
+                self.due = now + self.every_s
+            time.sleep(max(0.0, min(end, self.due) - now))
+            now = time.monotonic()
 
 
 def _timed(parts: Iterable[bytes], record: StreamRecord) -> Iterator[bytes]:

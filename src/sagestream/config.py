@@ -47,7 +47,7 @@ import msgspec
 from sagestream.dialects import DIALECTS, dialect_named, prompts
 from sagestream.settings import AUTH_MODES, READ_BY_CONFIG, SETTINGS, ConfigError
 
-__all__ = ["AUTH_MODES", "Config", "ConfigError", "ModelTarget", "parse_models"]
+__all__ = ["AUTH_MODES", "Config", "ConfigError", "Fallback", "ModelTarget", "parse_models"]
 
 
 def openai_fields() -> frozenset[str]:
@@ -62,6 +62,20 @@ def openai_fields() -> frozenset[str]:
 NonEmpty = Annotated[str, msgspec.Meta(min_length=1)]
 
 
+class Fallback(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Another upstream that serves a model when its own has no capacity, is throttled, not ready or failing
+    (before the answer's first byte only): an endpoint, and on it an inference component or a variant. It takes
+    the model's request body as is, so it must speak the model's ``upstream_format``.
+
+    >>> msgspec.json.decode(b'{"endpoint": "llm-b", "inference_component": "small"}', type=Fallback).endpoint
+    'llm-b'
+    """
+
+    endpoint: NonEmpty
+    inference_component: NonEmpty | None = None
+    target_variant: NonEmpty | None = None
+
+
 class ModelEntry(msgspec.Struct, forbid_unknown_fields=True):
     """One model of ``MODELS``: where its requests go. Only ``endpoint`` is required.
 
@@ -69,7 +83,8 @@ class ModelEntry(msgspec.Struct, forbid_unknown_fields=True):
     ``prefix_aware_routing`` default to the global settings (``prefix_aware_routing``: an endpoint's
     routing strategy is its own, so one model may turn it on or off against ``PREFIX_AWARE_ROUTING``).
     ``inference_component`` does not: a component's name belongs to one endpoint, so a global one would
-    be wrong for every other endpoint.
+    be wrong for every other endpoint. ``cold_wait_s`` defaults to ``COLD_WAIT_S``; ``fallbacks`` (none by
+    default) are tried in order before the first byte (:mod:`sagestream.capacity`).
     """
 
     endpoint: NonEmpty
@@ -79,6 +94,8 @@ class ModelEntry(msgspec.Struct, forbid_unknown_fields=True):
     max_tokens_limit: Annotated[int, msgspec.Meta(ge=1)] | None = None
     target_variant: NonEmpty | None = None
     prefix_aware_routing: bool | None = None
+    cold_wait_s: Annotated[float, msgspec.Meta(ge=0)] | None = None
+    fallbacks: tuple[Fallback, ...] = ()
 
 
 # The keys of one model in MODELS.
@@ -96,6 +113,8 @@ class ModelTarget(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     max_tokens_limit: int | None = None
     prompt_template: str | None = None
     prefix_aware_routing: bool = False
+    cold_wait_s: float = 0.0
+    fallbacks: tuple[Fallback, ...] = ()
 
 
 def parse_models(text: str, *, defaults: ModelTarget) -> tuple[ModelTarget, ...]:
@@ -142,6 +161,8 @@ def parse_models(text: str, *, defaults: ModelTarget) -> tuple[ModelTarget, ...]
                 prefix_aware_routing=(
                     defaults.prefix_aware_routing if entry.prefix_aware_routing is None else entry.prefix_aware_routing
                 ),
+                cold_wait_s=defaults.cold_wait_s if entry.cold_wait_s is None else entry.cold_wait_s,
+                fallbacks=entry.fallbacks,
             )
         )
     return tuple(targets)
@@ -160,7 +181,7 @@ def _model_entry(model_id: str, value: Any) -> ModelEntry:
         return msgspec.convert(value, ModelEntry, strict=True)
     except msgspec.ValidationError as e:
         text = str(e)
-        key = next((k for k in MODEL_KEYS if f"`{k}`" in text or f"$.{k}`" in text), "?")
+        key = next((k for k in MODEL_KEYS if f"`{k}`" in text or f"$.{k}`" in text or f"$.{k}[" in text), "?")
         reason = "Field required" if text.startswith("Object missing required field") else text.split(" - at ")[0]
         raise ConfigError(f"MODELS: model {model_id!r}: key {key!r}: {reason}") from None
 
@@ -231,6 +252,10 @@ class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     tracing: bool = False
     # prompt_cache_key becomes SageMaker's PrefixAwareId (sagestream.sagemaker_ids): for prefix-aware endpoints.
     prefix_aware_routing: bool = False
+    # Cold and busy endpoints (sagestream.capacity): how long a request is held; the model's other upstreams.
+    cold_wait_s: float = 0.0
+    fallback_cooldown_s: float = 30.0
+    fallbacks: tuple[Fallback, ...] = ()
     # Every model served, the first the default; the one-model case is the single settings above.
     models: tuple[ModelTarget, ...] = ()
 
@@ -255,8 +280,30 @@ class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
                     max_tokens_limit=target.max_tokens_limit,
                     prompt_template=target.prompt_template,
                     prefix_aware_routing=target.prefix_aware_routing,
+                    cold_wait_s=target.cold_wait_s,
+                    fallbacks=target.fallbacks,
                 )
         return None
+
+    @property
+    def upstreams(self) -> tuple[Config, ...]:
+        """Where this model's requests may go, in order: its own upstream, then each of its ``fallbacks``.
+
+        >>> cfg = Config(endpoint_name="a", inference_component="big", fallbacks=(Fallback("b"),))
+        >>> [(u.endpoint_name, u.inference_component) for u in cfg.upstreams]
+        [('a', 'big'), ('b', None)]
+        """
+        others = (
+            msgspec.structs.replace(
+                self,
+                endpoint_name=f.endpoint,
+                inference_component=f.inference_component,
+                target_variant=f.target_variant,
+                fallbacks=(),
+            )
+            for f in self.fallbacks
+        )
+        return (self, *others)
 
     @property
     def model_ids(self) -> tuple[str, ...]:
@@ -329,6 +376,7 @@ def several_models(models_text: str, values: Mapping[str, Any]) -> tuple[ModelTa
         prompt_template=values["PROMPT_TEMPLATE"],
         max_tokens_limit=values["MAX_TOKENS_LIMIT"],
         prefix_aware_routing=values["PREFIX_AWARE_ROUTING"],
+        cold_wait_s=values["COLD_WAIT_S"],
     )
     models = parse_models(models_text, defaults=defaults)
     endpoint = values["SAGEMAKER_ENDPOINT_NAME"]

@@ -35,7 +35,15 @@ from sagestream.dialects import DecodeError, UpstreamStreamError, error_message
 from sagestream.errors import DEADLINE_EXCEEDED, MAX_MESSAGE_CHARS, APIError
 from sagestream.lines import LineTooLong, UndecodableLine
 
-__all__ = ["DeadlineReached", "container_message", "error_from"]
+__all__ = [
+    "CAPACITY_FAULTS",
+    "MODEL_NOT_READY",
+    "NO_CAPACITY",
+    "RATE_LIMITED",
+    "DeadlineReached",
+    "container_message",
+    "error_from",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -77,12 +85,36 @@ class _Fault(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         return APIError.upstream(self.status, message, code=self.code, headers=self.headers)
 
 
-# Retry-After is whole seconds (RFC 9110); retry-after-ms is the OpenAI SDKs' finer spelling of the same wait.
-_RATE_LIMITED = _Fault(
-    429,
-    "rate_limited",
-    "The model endpoint is busy. Retry after a moment.",
-    {"Retry-After": "1", "retry-after-ms": "1000"},
+def _retry_after(seconds: int) -> dict[str, str]:
+    """``Retry-After`` in whole seconds (RFC 9110); ``retry-after-ms`` is the OpenAI SDKs' finer spelling of it."""
+    return {"Retry-After": str(seconds), "retry-after-ms": str(seconds * 1000)}
+
+
+# The capacity faults (sagestream.capacity holds and falls back on them): the endpoint is fine, but busy, or has
+# no copy of the model running. Their codes are what the client reads, and what the hold loop asks about.
+NO_CAPACITY = "no_capacity"
+MODEL_NOT_READY = "model_not_ready"
+RATE_LIMITED = "rate_limited"
+CAPACITY_FAULTS = frozenset({NO_CAPACITY, MODEL_NOT_READY, RATE_LIMITED})
+
+# Throttling is retried by botocore (UPSTREAM_MAX_ATTEMPTS calls): when it reaches the client the budget is spent,
+# and error_from adds x-should-retry: false.
+_RATE_LIMITED = _Fault(429, RATE_LIMITED, "The model endpoint is busy. Retry after a moment.", _retry_after(1))
+# botocore retries neither of these (a 400 ValidationError; a 429 whose code is not a throttling one): one call
+# was made, and a later one can find a copy running, so the SDKs are told to retry, after the wait a copy needs.
+# A scale-to-zero inference component takes minutes to start one: retrying within a second only adds calls.
+_NO_CAPACITY = _Fault(
+    503,
+    NO_CAPACITY,
+    "The model has no copy running (its inference component is scaled to zero, or scaling out); one is starting. "
+    "Retry in a minute.",
+    {**_retry_after(30), "x-should-retry": "true"},
+)
+_NOT_READY = _Fault(
+    503,
+    MODEL_NOT_READY,
+    "The model is still being loaded on the endpoint. Retry in a few seconds.",
+    {**_retry_after(5), "x-should-retry": "true"},
 )
 _UNAVAILABLE = _Fault(503, "service_unavailable", "The model endpoint is not available right now.")
 _NO_ACCESS = _Fault(500, "internal_error", "", private=True)
@@ -101,7 +133,8 @@ _SERVICE_FAULTS: tuple[tuple[frozenset[str], frozenset[int], _Fault], ...] = (
         _Fault(502, "internal_stream_failure", "The endpoint's stream failed. Try again."),
     ),
     (frozenset({"ThrottlingException", "TooManyRequestsException"}), frozenset({429}), _RATE_LIMITED),
-    (frozenset({"ServiceUnavailable", "ModelNotReadyException"}), frozenset({503}), _UNAVAILABLE),
+    (frozenset({"ModelNotReadyException"}), frozenset(), _NOT_READY),
+    (frozenset({"ServiceUnavailable"}), frozenset({503}), _UNAVAILABLE),
     (
         frozenset({"AccessDeniedException", "UnrecognizedClientException", "ExpiredTokenException"}),
         frozenset({403}),
@@ -215,7 +248,17 @@ def _model_error(response: Mapping[str, Any], message: str) -> APIError:
     return APIError.upstream(502, f"The model container returned an error: {said}", code="model_error")
 
 
+# SageMaker's words for an inference component with no copy running (scaled to zero, or not yet scaled out):
+# a ValidationError, HTTP 400, on both invoke operations, and the only sign of it (the metric it counts is
+# NoCapacityInvocationFailures). "Inference Component has no capacity to process this request.
+# ApplicationAutoScaling may be in-progress (if configured) or try to increase the capacity by invoking
+# UpdateInferenceComponentRuntimeConfig API."
+_NO_CAPACITY_WORDS = re.compile(r"has no capacity to process this request", re.IGNORECASE)
+
+
 def _validation_error(response: Mapping[str, Any], message: str) -> APIError:
+    if _NO_CAPACITY_WORDS.search(message):
+        return _NO_CAPACITY.error(message)
     if "not found" in message.lower():
         # SageMaker's message names the account and the endpoint; the client learns neither.
         logger.error("upstream not found: %s", message)

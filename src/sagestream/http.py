@@ -157,6 +157,8 @@ class Writer:
         self.error_body: Callable[[APIError], bytes] = APIError.json_bytes
         # The headers that carry request_id (the route's client API may add its own).
         self.id_headers: tuple[str, ...] = ("x-request-id",)
+        # What the invocation learnt of its answer before it started, for every response (x-sagestream-target).
+        self.extra_headers: dict[str, str] = {}
 
     @property
     def started(self) -> bool:
@@ -166,7 +168,8 @@ class Writer:
         if not data:
             return
         if not self.stream.started:
-            self.stream.start(status, {**headers, **dict.fromkeys(self.id_headers, self.request_id)})
+            ids = dict.fromkeys(self.id_headers, self.request_id)
+            self.stream.start(status, {**headers, **self.extra_headers, **ids})
         if not self.head:
             self.stream.write(data)
 

@@ -162,7 +162,14 @@ class StreamRecord(msgspec.Struct, forbid_unknown_fields=True):
     client_disconnected: bool = False
     deadline_stop: bool = False
     stored: bool | None = None  # a Responses answer kept in the store (None: not asked to be)
-    keepalives: int = 0  # SSE comments written while the endpoint was silent (SSE_KEEPALIVE_S)
+    keepalives: int = 0  # SSE comments written while the endpoint was silent, or the request held (SSE_KEEPALIVE_S)
+    # Cold and busy endpoints (sagestream.capacity): for a model with fallbacks, the upstream that answered and
+    # whether it was a fallback; how long the request was held (rounds waited for; from the first capacity fault
+    # to the answer or the refusal), for any model.
+    target: str | None = None
+    fallback: bool = False
+    cold_wait_rounds: int = 0
+    cold_wait_ms: float | None = None
     prompt: Any = None  # the request's messages or prompt, kept only when LOG_PAYLOADS=true
     completion: list[str] | None = None  # the answer's text, kept only when LOG_PAYLOADS=true
     # Request fields and headers accepted as documented no-ops (invariant 8), by the client's name, with a count.

@@ -308,6 +308,28 @@ SETTINGS: tuple[Setting, ...] = (
         minimum=1,
     ),
     Setting(
+        "COLD_WAIT_S",
+        "number",
+        "how long a request is held while its model has no capacity (an inference component scaled to zero), is "
+        "still loading or is throttled: retried with capped exponential backoff and jitter, a stream kept open "
+        "by keep-alives, within the invocation's deadline; `0` answers 503 (429 throttled) at once. A held "
+        "request costs Lambda duration (see [Cold and busy endpoints](#cold-and-busy-endpoints)); `MODELS` may "
+        "set it per model (`cold_wait_s`)",
+        default=0.0,
+        field="cold_wait_s",
+        template_parameter="ColdWaitS",
+        value_doc="seconds ≥ 0",
+    ),
+    Setting(
+        "FALLBACK_COOLDOWN_S",
+        "number",
+        "after a target of a model with `fallbacks` answered no capacity, throttled, not ready or a 5xx, how long "
+        "requests skip it for the next one (per execution environment)",
+        default=30.0,
+        field="fallback_cooldown_s",
+        value_doc="seconds ≥ 0",
+    ),
+    Setting(
         "SERVE_UI",
         "flag",
         "serve the chat page at `/`",

@@ -155,6 +155,12 @@ def invocation_fields(
     }
     if record.keepalives:
         fields["keepalives"] = record.keepalives
+    if record.target is not None:
+        fields["target"] = record.target  # the upstream that served (a fallback's, or the model's own)
+        fields["fallback"] = record.fallback
+    if record.cold_wait_ms is not None:
+        fields["cold_wait_rounds"] = record.cold_wait_rounds
+        fields["cold_wait_ms"] = round(record.cold_wait_ms, 3)
     if record.stored is not None:
         fields["stored"] = record.stored
     if record.noops:
@@ -209,6 +215,12 @@ def invocation_metrics(
     main.add_metric("DeadlineStops", MetricUnit.Count, int(record.deadline_stop))
     if record.stored is not None:
         main.add_metric("StoreFailures", MetricUnit.Count, int(not record.stored))
+    if record.cold_wait_ms is not None:
+        # A request held while its model had no capacity, and for how long (served or refused after it).
+        main.add_metric("ColdWaits", MetricUnit.Count, 1)
+        main.add_metric("ColdWaitTime", ms, record.cold_wait_ms)
+    if record.target is not None:  # a model with fallbacks, served: by one of them (1) or by its own (0)
+        main.add_metric("Fallbacks", MetricUnit.Count, int(record.fallback))
     main.add_metadata("function_request_id", request_id)
     blobs.append(dict(main.serialize_metric_set()))
     if record.upstream_started is not None and record.error_code and record.error_code != DEADLINE_EXCEEDED:

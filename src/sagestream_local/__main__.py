@@ -95,6 +95,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  chat page:  {stack.url}/", flush=True)
     if stack.endpoint is not None:
         print(f"  endpoint:   {stack.endpoint.url}/_sim/records  (what each SageMaker call carried)", flush=True)
+        print(
+            f"  cold:       curl -X POST {stack.endpoint.url}/_sim/scenario -d '{{\"scaled_to_zero_s\": 60}}'  "
+            """(or '{"throttle_every": 3}'; run with COLD_WAIT_S=90 to hold requests meanwhile)""",
+            flush=True,
+        )
     if stack.lambda_invoke is not None:
         print(
             f"  background: {stack.lambda_invoke.url}  (Lambda's async Invoke: background responses run here)",

@@ -74,8 +74,15 @@ ANTHROPIC_SDK_HEADERS = (
 ALLOW_HEADERS = AUTH_HEADERS + SDK_HEADERS + ANTHROPIC_SDK_HEADERS
 # Response headers a page's script may read: the request id (to find the log record; request-id is where the
 # Anthropic SDK reads it on /v1/messages), and what the SDKs' retry logic reads (without them a browser SDK
-# would retry what the function said not to, at once).
-EXPOSE_HEADERS = ("x-request-id", "x-should-retry", "retry-after", "retry-after-ms", "request-id")
+# would retry what the function said not to, at once), and which upstream served a model with fallbacks.
+EXPOSE_HEADERS = (
+    "x-request-id",
+    "x-should-retry",
+    "retry-after",
+    "retry-after-ms",
+    "request-id",
+    "x-sagestream-target",
+)
 MAX_AGE_S = 86400
 
 

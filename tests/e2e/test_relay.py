@@ -180,7 +180,7 @@ def test_close_delimited_upstream_is_not_held_back(stack: LocalStack) -> None:
         ("http_400", 404, "endpoint_not_found"),  # what SageMaker says of an endpoint that is not there
         ("http_424", 400, "model_error"),  # the container's own 4xx stays a 4xx
         ("throttling", 429, "rate_limited"),
-        ("http_429", 503, "service_unavailable"),  # ModelNotReadyException: a model still loading
+        ("http_429", 503, "model_not_ready"),  # ModelNotReadyException: a model still loading
         ("http_503", 503, "service_unavailable"),
         ("http_500", 502, "upstream_error"),
         ("model_stream_error", 502, "model_stream_error"),

@@ -25,7 +25,7 @@ from botocore.exceptions import ClientError, EventStreamError
 from urllib3.exceptions import ProtocolError
 
 import sagestream_local.endpoint
-from sagestream_local.endpoint import Scenario, SimulatedEndpoint
+from sagestream_local.endpoint import NO_CAPACITY_MESSAGE, Scenario, SimulatedEndpoint
 
 FAST = Scenario(ttft_ms=0, cadence_ms=0, tokens=24, non_ascii=0.4)
 SIGV4_HEADERS = {
@@ -305,6 +305,55 @@ def test_http_faults_raise_the_client_error_sagemaker_would(
         assert caught.value.response["LogStreamArn"].startswith("arn:aws:logs:us-east-1:123456789012:")
         assert "OriginalMessage" in caught.value.response
     assert sim.records[-1].fault == fault and sim.records[-1].status == status
+
+
+def call(client: Any, operation: str, **kwargs: Any) -> None:
+    if operation == "stream":
+        stream(client, REQUESTS["openai"], **kwargs)
+    else:
+        client.invoke_endpoint(EndpointName="llm", ContentType="application/json", Body=b'{"prompt": "x"}', **kwargs)
+
+
+@pytest.mark.parametrize("operation", ["stream", "whole"])
+def test_scaled_to_zero_answers_sagemakers_no_capacity_error_until_the_copy_is_up(
+    sim: SimulatedEndpoint, client: Any, operation: str
+) -> None:
+    sim.set_scenario(scaled_to_zero_s=0.5)
+    with pytest.raises(ClientError) as caught:
+        call(client, operation, InferenceComponentName="qwen")
+    assert caught.value.response["Error"] == {"Code": "ValidationError", "Message": NO_CAPACITY_MESSAGE}
+    assert caught.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+    assert (sim.records[-1].fault, sim.records[-1].status) == ("no_capacity", 400)
+    time.sleep(0.6)
+    call(client, operation, InferenceComponentName="qwen")
+    assert sim.records[-1].status == 200
+
+
+def test_scaled_to_zero_names_leave_the_other_targets_warm(sim: SimulatedEndpoint, client: Any) -> None:
+    sim.clear_records()
+    sim.set_scenario(scaled_to_zero_s=30, scaled_to_zero_names=["qwen"])
+    with pytest.raises(ClientError):
+        call(client, "stream", InferenceComponentName="qwen")
+    call(client, "stream", InferenceComponentName="llama")
+    assert [r.status for r in sim.records] == [400, 200]
+    assert sim.set_scenario(scaled_to_zero_names=["llm"]).to_json()["scaled_to_zero_names"] == ["llm"]
+    with pytest.raises(ClientError):
+        call(client, "whole")
+
+
+def test_throttle_every_kth_call_counts_from_when_it_was_set(sim: SimulatedEndpoint, client: Any) -> None:
+    call(client, "stream")
+    sim.clear_records()
+    sim.set_scenario(throttle_every=3)
+    throttled = []
+    for n in range(7):
+        try:
+            call(client, "stream" if n % 2 else "whole")
+        except ClientError as e:
+            assert e.response["Error"]["Code"] == "ThrottlingException"
+            assert e.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+            throttled.append(n + 1)
+    assert throttled == [3, 6] and [r.fault for r in sim.records].count("throttling") == 2
 
 
 def test_unknown_endpoint_is_a_validation_error(sim: SimulatedEndpoint, client: Any) -> None:

@@ -34,7 +34,7 @@ class Expect:
 BEFORE = {
     "http_400": Expect(404, "endpoint_not_found"),
     "http_424": Expect(400, "model_error"),  # the simulated container says 400: its own 4xx stays a 4xx
-    "http_429": Expect(503, "service_unavailable"),  # ModelNotReadyException: a model still loading
+    "http_429": Expect(503, "model_not_ready"),  # ModelNotReadyException: a model still loading
     "throttling": Expect(429, "rate_limited"),
     "http_500": Expect(502, "upstream_error"),
     "http_503": Expect(503, "service_unavailable"),

@@ -31,7 +31,7 @@ def client_error(code: str, status: int, message: str = "msg", **extra: object) 
         (client_error("ValidationError", 400, "Input too long"), 400, "upstream_validation_error"),
         (client_error("ModelError", 424, "x", OriginalMessage="CUDA out of memory"), 502, "model_error"),
         (client_error("ThrottlingException", 400, ""), 429, "rate_limited"),
-        (client_error("ModelNotReadyException", 429), 503, "service_unavailable"),
+        (client_error("ModelNotReadyException", 429), 503, "model_not_ready"),
         (client_error("ServiceUnavailable", 503), 503, "service_unavailable"),
         (client_error("InternalFailure", 500), 502, "upstream_error"),
         (
@@ -60,6 +60,8 @@ def test_each_upstream_failure_maps_to_its_status_and_code(exc: Exception, statu
     expected = {"x-should-retry": "false"} if status == 429 or status >= 500 else {}
     if status == 429:
         expected |= {"Retry-After": "1", "retry-after-ms": "1000"}
+    if code == "model_not_ready":  # botocore never retried it: the SDKs may, after the wait it names
+        expected = {"Retry-After": "5", "retry-after-ms": "5000", "x-should-retry": "true"}
     assert err.headers == expected
 
 
@@ -172,3 +174,81 @@ def test_the_parsers_faults_and_the_deadline_get_their_status_here(exc: Exceptio
 def test_an_unknown_exception_is_a_500_that_says_nothing_of_it() -> None:
     err = error_from(RuntimeError("secret detail"))
     assert (err.status, err.code) == (500, "internal_error") and "secret" not in err.message
+
+
+# --- capacity: the exact answers SageMaker sends, read by botocore's own parser, on both invoke operations -------
+
+NO_CAPACITY_MESSAGE = (
+    "Inference Component has no capacity to process this request. ApplicationAutoScaling may be in-progress "
+    "(if configured) or try to increase the capacity by invoking UpdateInferenceComponentRuntimeConfig API."
+)
+NOT_READY_MESSAGE = "Model for endpoint llm is not ready yet. Please retry after some time."
+OPERATIONS = ("InvokeEndpoint", "InvokeEndpointWithResponseStream")
+
+
+def wire_error(operation: str, status: int, code: str, body: bytes) -> botocore.exceptions.ClientError:
+    """The ClientError botocore raises for this HTTP answer: its rest-json parser reads status, headers and body."""
+    import botocore.awsrequest
+    import botocore.parsers
+    import botocore.session
+
+    model = botocore.session.get_session().get_service_model("sagemaker-runtime")
+    headers = botocore.awsrequest.HeadersDict(
+        {
+            "x-amzn-ErrorType": f"{code}:http://internal.amazon.com/coral/com.amazon.sagemaker.runtime/",
+            "Content-Type": "application/json",
+            "x-amzn-RequestId": "0f0f0f0f-0000-4000-8000-000000000000",
+        }
+    )
+    parsed = botocore.parsers.create_parser("rest-json").parse(
+        {"status_code": status, "headers": headers, "body": body}, model.operation_model(operation).output_shape
+    )
+    return botocore.exceptions.ClientError(parsed, operation)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("operation", OPERATIONS)
+@pytest.mark.parametrize(
+    ("status", "code", "body", "expected"),
+    [
+        # An inference component scaled to zero (or not yet scaled out): SageMaker's 400 ValidationError.
+        (
+            400,
+            "ValidationError",
+            json.dumps({"message": NO_CAPACITY_MESSAGE}).encode(),
+            (503, "no_capacity", {"Retry-After": "30", "retry-after-ms": "30000", "x-should-retry": "true"}),
+        ),
+        # Throttling: a 400 with a null message (as botocore's retry rules expect it), or a 429.
+        (
+            400,
+            "ThrottlingException",
+            b'{"message": null}',
+            (429, "rate_limited", {"Retry-After": "1", "retry-after-ms": "1000", "x-should-retry": "false"}),
+        ),
+        (
+            429,
+            "ThrottlingException",
+            b'{"message": "Rate exceeded"}',
+            (429, "rate_limited", {"Retry-After": "1", "retry-after-ms": "1000", "x-should-retry": "false"}),
+        ),
+        # A model still loading (serverless, multi-model): SageMaker's 429 ModelNotReadyException.
+        (
+            429,
+            "ModelNotReadyException",
+            json.dumps({"message": NOT_READY_MESSAGE}).encode(),
+            (503, "model_not_ready", {"Retry-After": "5", "retry-after-ms": "5000", "x-should-retry": "true"}),
+        ),
+    ],
+)
+def test_each_capacity_fault_is_recognised_by_its_code_and_message(
+    operation: str, status: int, code: str, body: bytes, expected: tuple[int, str, dict[str, str]]
+) -> None:
+    err = error_from(wire_error(operation, status, code, body))
+    assert (err.status, err.code, err.headers) == expected
+    assert err.type == ("rate_limit_error" if expected[0] == 429 else "server_error")
+
+
+@pytest.mark.parametrize("operation", OPERATIONS)
+def test_another_validation_error_is_still_the_callers_400(operation: str) -> None:
+    body = json.dumps({"message": "Inference Component Name header is required for endpoints with components."})
+    err = error_from(wire_error(operation, 400, "ValidationError", body.encode()))
+    assert (err.status, err.code) == (400, "upstream_validation_error") and "Retry-After" not in err.headers

@@ -12,6 +12,9 @@ them):
                             SageMaker really sends it (botocore's retry rules expect exactly that pair)
 ``http_500``                ``ClientError`` InternalFailure, 500
 ``http_503``                ``ClientError`` ServiceUnavailable, 503
+``no_capacity``             ``ClientError`` ValidationError, 400, "Inference Component has no capacity to
+                            process this request. ..." (an inference component scaled to zero: the
+                            scenario's ``scaled_to_zero_s``, not a ``fault``)
 ``model_stream_error``      ``EventStreamError`` ModelStreamError (an exception frame)
 ``internal_stream_failure`` ``EventStreamError`` InternalStreamFailure (exception frame)
 ``corrupt_crc``             ``botocore.eventstream.ChecksumMismatch`` (a PayloadPart with a bad message CRC)
@@ -158,6 +161,18 @@ def service_error(fault: str, endpoint: str, variant: str) -> ServiceError:
             {"message": f"A transient exception occurred while retrieving variant instances. {group}"},
         )
     raise ValueError(f"not an HTTP-status fault: {fault}")
+
+
+# SageMaker's words, on both invoke operations, while an inference component has no copy running.
+NO_CAPACITY_MESSAGE = (
+    "Inference Component has no capacity to process this request. ApplicationAutoScaling may be in-progress "
+    "(if configured) or try to increase the capacity by invoking UpdateInferenceComponentRuntimeConfig API."
+)
+
+
+def no_capacity_error() -> ServiceError:
+    """What an endpoint answers while the inference component called has no copy (scaled to zero)."""
+    return ServiceError(400, "ValidationError", {"message": NO_CAPACITY_MESSAGE})
 
 
 def not_found_message(endpoint: str) -> str:

@@ -69,6 +69,13 @@ class Scenario:
     context_length: int | None = None  # a prompt over it (TGI, LMI: prompt + max tokens): the 4xx, as a ModelError 424
     # A PrefixAwareId seen before: its prefix is cached, and the first token comes this soon instead (None: off).
     prefix_hit_ttft_ms: float | None = 30.0
+    # Capacity (SageMaker's answers for a busy or cold endpoint, before anything else is checked): for this many
+    # seconds after the scenario set it, every call is "no capacity" (an inference component scaled to zero,
+    # its copy starting), or only calls to the endpoints / inference components ``scaled_to_zero_names`` names;
+    # and every ``throttle_every``-th call (counted from when it was set) is throttled. 0: off.
+    scaled_to_zero_s: float = 0.0
+    scaled_to_zero_names: tuple[str, ...] | None = None
+    throttle_every: int = 0
 
     def __post_init__(self) -> None:
         for name, allowed in CHOICES.items():
@@ -76,8 +83,8 @@ class Scenario:
                 raise ValueError(f"{name} must be one of {allowed}, not {getattr(self, name)!r}")
         # the control API brings JSON; catch a "10" or 10.5 here rather than mid-stream
         for names, kinds in (
-            (("tokens", "coalesce", "fault_after", "reasoning"), (int,)),
-            (("ttft_ms", "cadence_ms", "non_ascii"), (int, float)),
+            (("tokens", "coalesce", "fault_after", "reasoning", "throttle_every"), (int,)),
+            (("ttft_ms", "cadence_ms", "non_ascii", "scaled_to_zero_s"), (int, float)),
             (("variant", "model"), (str,)),
         ):
             for n in names:
@@ -98,9 +105,12 @@ class Scenario:
             raise ValueError(f"prefix_hit_ttft_ms must be a number >= 0 or null, not {self.prefix_hit_ttft_ms!r}")
         if self.ttft_ms < 0 or self.cadence_ms < 0 or not 0.0 <= self.non_ascii <= 1.0:
             raise ValueError("ttft_ms and cadence_ms must be >= 0, non_ascii within [0, 1]")
-        if self.endpoint_names is not None:
-            # JSON brings lists; a frozen scenario keeps a tuple
-            object.__setattr__(self, "endpoint_names", tuple(self.endpoint_names))
+        if self.scaled_to_zero_s < 0 or self.throttle_every < 0:
+            raise ValueError("scaled_to_zero_s and throttle_every must be >= 0")
+        for names in ("endpoint_names", "scaled_to_zero_names"):
+            if getattr(self, names) is not None:
+                # JSON brings lists; a frozen scenario keeps a tuple
+                object.__setattr__(self, names, tuple(getattr(self, names)))
 
     def replace(self, **changes: Any) -> Scenario:
         unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
@@ -110,6 +120,7 @@ class Scenario:
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
-        if self.endpoint_names is not None:
-            data["endpoint_names"] = list(self.endpoint_names)
+        for names in ("endpoint_names", "scaled_to_zero_names"):
+            if getattr(self, names) is not None:
+                data[names] = list(getattr(self, names))
         return data

@@ -54,6 +54,7 @@ from sagestream_local.endpoint.faults import (
     container_error,
     context_length_error,
     model_error,
+    no_capacity_error,
     not_found_message,
     service_error,
     stream_fault_frame,
@@ -200,6 +201,12 @@ class _Handler(BaseHTTPRequestHandler):
             error = ServiceError(400, "ValidationError", {"message": not_found_message(record.endpoint)})
         variant = record.target_variant or scenario.variant
         record.invoked_variant = variant
+        if error is None and self.server.endpoint._scaled_to_zero(record):
+            record.fault = "no_capacity"
+            error = no_capacity_error()
+        if error is None and self.server.endpoint._throttled(scenario):
+            record.fault = "throttling"
+            error = service_error("throttling", record.endpoint, variant)
         if error is None and (scenario.fault.startswith("http_") or scenario.fault == "throttling"):
             record.fault = scenario.fault
             error = service_error(scenario.fault, record.endpoint, variant)
@@ -374,6 +381,9 @@ class SimulatedEndpoint:
         self._records: deque[Record] = deque(maxlen=record_limit)
         self._prefixes: OrderedDict[str, None] = OrderedDict()  # PrefixAwareIds seen, least recent first
         self._changes = threading.Condition()
+        # Capacity: until when calls find no copy running (scaled_to_zero_s), and the calls counted for throttle_every.
+        self._cold_until = time.monotonic() + self._initial.scaled_to_zero_s
+        self._calls_counted = 0
         self._server = _Server((host, port), self)
         self._thread: threading.Thread | None = None
 
@@ -412,14 +422,39 @@ class SimulatedEndpoint:
         return self._scenario
 
     def set_scenario(self, **changes: Any) -> Scenario:
-        """Replace the scenario for requests that arrive from now on; in-flight streams keep theirs."""
+        """Replace the scenario for requests that arrive from now on; in-flight streams keep theirs.
+
+        ``scaled_to_zero_s`` counts from now; ``throttle_every`` counts calls from now."""
         self._scenario = self._scenario.replace(**changes)
+        self._capacity_from_now(self._scenario, changes)
         return self._scenario
 
     def reset_scenario(self) -> Scenario:
         """Back to the scenario given at construction."""
         self._scenario = self._initial
+        self._capacity_from_now(self._scenario, {"scaled_to_zero_s": 0, "throttle_every": 0})
         return self._scenario
+
+    def _capacity_from_now(self, scenario: Scenario, changes: Mapping[str, Any]) -> None:
+        with self._changes:
+            if "scaled_to_zero_s" in changes:
+                self._cold_until = time.monotonic() + scenario.scaled_to_zero_s
+            if "throttle_every" in changes:
+                self._calls_counted = 0
+
+    def _scaled_to_zero(self, record: Record) -> bool:
+        """Whether this call finds no copy running: within ``scaled_to_zero_s``, to a named target (or any)."""
+        names = record.scenario.scaled_to_zero_names
+        named = names is None or record.endpoint in names or record.inference_component in names
+        return named and time.monotonic() < self._cold_until
+
+    def _throttled(self, scenario: Scenario) -> bool:
+        """Whether this call is the ``throttle_every``-th since it was set (each call counted once)."""
+        if not scenario.throttle_every:
+            return False
+        with self._changes:
+            self._calls_counted += 1
+            return self._calls_counted % scenario.throttle_every == 0
 
     # --- records
 
