@@ -155,6 +155,11 @@ class FrameReader:
         self._payload_part_headers: bytes | None = None
         self.failure: Exception | None = None
 
+    @property
+    def pending(self) -> int:
+        """How many bytes of an unfinished frame are held: at the body's end, anything but 0 is a cut stream."""
+        return len(self._pending)
+
     def feed(self, data: bytes) -> list[bytes]:
         """The (non-empty) payloads of the ``PayloadPart`` events that ``data`` completes, in order."""
         if self.failure is not None:

@@ -49,7 +49,7 @@ import botocore.session
 
 from sagestream import __version__
 from sagestream.config import Config
-from sagestream.eventstream import FrameReader
+from sagestream.eventstream import FrameReader, MalformedFrame
 from sagestream.faults import DeadlineReached, error_from
 from sagestream.sagemaker_ids import UpstreamIds
 
@@ -303,6 +303,7 @@ class PayloadParts(_DeadlineReads):
                 finally:
                     self.read_at = heard = time.monotonic()
                 if not data:
+                    self._check_whole(frames)
                     return
                 yield from feed(data)
                 if frames.failure is not None:
@@ -313,6 +314,20 @@ class PayloadParts(_DeadlineReads):
             if self._deadline is not None and time.monotonic() >= self._deadline:
                 raise DeadlineReached() from exc  # the read was cut by the deadline's own timeout
             raise error_from(exc) from exc
+
+    def _check_whole(self, frames: FrameReader) -> None:
+        """At the body's end: a body cut inside a frame, or short of its ``Content-Length``, is no clean end.
+
+        Neither is an error to the readers below: http.client ends a short ``Content-Length`` body quietly and
+        botocore turns urllib3's check of it off, and botocore's own frame buffer drops an unfinished frame. A
+        relay that took such an end for the model's would close the answer as complete (``finish_reason:
+        stop``, ``[DONE]``) with its tail missing; it is the protocol's error event instead.
+        """
+        if frames.pending:
+            raise MalformedFrame(f"the stream ended inside a frame ({frames.pending} bytes of it came)")
+        left = getattr(getattr(self._raw, "_fp", None), "length", None)  # http.client's count of a length's rest
+        if isinstance(left, int) and left > 0:
+            raise http.client.IncompleteRead(b"", left)
 
     def _read1(self) -> Callable[[int], bytes]:
         """The read that returns what the socket has: http.client's under urllib3's where urllib3 adds nothing.

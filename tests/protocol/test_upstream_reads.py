@@ -117,3 +117,29 @@ def test_a_close_delimited_body_is_read_to_its_end(serve: Any) -> None:
     answer = (HEAD + "Connection: close\r\n\r\n").encode() + b"".join(FRAMES)
     _, client = serve((answer, False))
     assert read_all(client)[0] == PARTS
+
+
+def _cut(client: Any) -> tuple[list[bytes], APIError]:
+    got: list[bytes] = []
+    with pytest.raises(APIError) as failure, upstream.open_stream(client, Config(endpoint_name="llm"), b"{}") as parts:
+        got.extend(parts)
+    return got, failure.value
+
+
+def test_a_close_delimited_body_cut_inside_a_frame_is_a_corrupt_stream_not_a_clean_end(serve: Any) -> None:
+    # botocore's own buffer drops an unfinished frame at the end; the relay would take it for the model's end.
+    answer = (HEAD + "Connection: close\r\n\r\n").encode() + FRAMES[0] + FRAMES[1][:20]
+    _, client = serve((answer, False))
+    got, failure = _cut(client)
+    assert got == PARTS[:1]
+    assert (failure.status, failure.code) == (502, "upstream_stream_corrupt")
+
+
+def test_a_body_short_of_its_length_is_a_broken_connection_even_when_cut_between_frames(serve: Any) -> None:
+    # http.client ends a short Content-Length body quietly (and botocore turns urllib3's check off).
+    body = b"".join(FRAMES)
+    answer = (HEAD + f"Content-Length: {len(body)}\r\n\r\n").encode() + FRAMES[0]  # the server closes here
+    _, client = serve((answer, False))
+    got, failure = _cut(client)
+    assert got == PARTS[:1]
+    assert (failure.status, failure.code) == (502, "upstream_connection_error")

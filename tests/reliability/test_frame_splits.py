@@ -88,10 +88,17 @@ def test_a_failing_frame_cut_at_every_offset_fails_after_the_good_one_before_it(
         assert failure.value.code == code, cut
 
 
-def test_a_frame_cut_off_by_the_end_of_the_body_gives_what_was_whole() -> None:
-    """A body that ends mid-frame (the connection closed cleanly) yields the whole frames before it."""
+def test_a_frame_cut_off_by_the_end_of_the_body_gives_what_was_whole_then_fails() -> None:
+    """A body that ends mid-frame (the connection closed cleanly) yields the whole frames before it, then is a
+    corrupt stream: taken for the model's end, the answer would close as complete with its tail missing."""
     wire = payload_part_frame(PAYLOADS[0]) + payload_part_frame(PAYLOADS[1])
     first = len(payload_part_frame(PAYLOADS[0]))
-    for cut in range(first, len(wire)):
+    parts, _ = parts_over([wire[:first]])
+    assert list(parts) == [PAYLOADS[0]]  # cut between frames: nothing here tells it from the end
+    for cut in range(first + 1, len(wire)):
         parts, _ = parts_over([wire[:cut]])
-        assert list(parts) == [PAYLOADS[0]], cut
+        got: list[bytes] = []
+        with pytest.raises(APIError) as failure:
+            got.extend(parts)
+        assert got == [PAYLOADS[0]], cut
+        assert failure.value.code == "upstream_stream_corrupt", cut
