@@ -40,8 +40,9 @@ def mark(label: str) -> None:
 def _install_function_marks() -> Any:
     from sagestream import app
     from sagestream import lambda_runtime as runtime
+    from sagestream.lambda_runtime import client as runtime_client
 
-    next_connection = getattr(runtime, "NextConnection", None)
+    next_connection = getattr(runtime_client, "NextConnection", None)
     if next_connection is not None:  # this runtime reads /next's answer itself
         answer = next_connection.answer
 
