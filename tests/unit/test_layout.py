@@ -93,9 +93,40 @@ def test_no_module_in_src_takes_part_in_an_import_cycle() -> None:
     assert cycles(graph) == []
 
 
+# The app and the modules it is made of: the walk (app), the request's preparation, the answer, its own routes.
+APP_PARTS = ("sagestream.app", "sagestream.prepare", "sagestream.answer", "sagestream.own_routes", "sagestream.call")
+
+
 def test_the_app_imports_no_protocol_or_dialect_module_by_name() -> None:
     modules = _modules()
-    named = _imports("sagestream.app", modules["sagestream.app"], modules)
+    named = set().union(*(_imports(part, modules[part], modules) for part in APP_PARTS))
     assert "sagestream.protocols" in named and "sagestream.dialects" in named  # the registries: allowed
     by_name = sorted(m for m in named if m.startswith(("sagestream.protocols.", "sagestream.dialects.")))
     assert by_name == []
+
+
+def _sizes(path: Path) -> tuple[int, dict[str, int]]:
+    """A module's lines, and each class's in it."""
+    tree = ast.parse(path.read_text())
+    classes = {
+        n.name: n.end_lineno - n.lineno + 1 for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.end_lineno
+    }
+    return len(path.read_text().splitlines()), classes
+
+
+def test_no_class_of_the_function_is_over_250_lines() -> None:
+    over = {
+        f"{name}.{cls}": size
+        for name, path in _modules().items()
+        if name.startswith("sagestream.")
+        for cls, size in _sizes(path)[1].items()
+        if size > 250
+    }
+    assert over == {}
+    assert _sizes(_modules()["sagestream.app"])[1]["App"] > 50, "the sizes are read"
+
+
+def test_each_module_of_the_lambda_runtime_is_at_most_300_lines() -> None:
+    sizes = {name: _sizes(path)[0] for name, path in _modules().items() if name.startswith("sagestream.lambda_runtime")}
+    assert len(sizes) >= 5
+    assert {name: n for name, n in sizes.items() if n > 300} == {}

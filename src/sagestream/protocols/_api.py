@@ -1,7 +1,7 @@
 """What every client protocol answers: :class:`ClientAPI`, the request it hands the pipeline (:class:`Parsed`),
 and the :class:`StreamEncoder` its streamed answers are written by.
 
-Every completion route runs the same pipeline (:meth:`sagestream.app.App._complete`): the body is read
+Every completion route runs the same pipeline (:meth:`sagestream.app.App.complete`): the body is read
 into a *chat-shaped* request (:class:`~sagestream.protocols.openai.request.ChatCompletionRequest` or
 :class:`~sagestream.protocols.openai.request.CompletionRequest`), which the dialects turn into the container's body and
 whose deltas :func:`sagestream.relay.relay` decodes; what differs between APIs is only at the edges:
@@ -132,7 +132,8 @@ class ClientAPI(Protocol):
 
 
 class App(Protocol):
-    """What a protocol's own route handlers ask of the app (:class:`sagestream.app.App`, which documents each)."""
+    """What a protocol's own route handlers ask of the app (:class:`sagestream.app.App`; :mod:`sagestream.prepare` and
+    :mod:`sagestream.answer` document each)."""
 
     config: Config
     telemetry: Any

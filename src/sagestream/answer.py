@@ -1,0 +1,184 @@
+"""A completion's answer, whole or streamed, from the model's first upstream with capacity.
+
+A streamed answer is :func:`sagestream.relay.relay` over :func:`sagestream.upstream.open_stream`'s
+PayloadParts; this module only writes what it yields (the :class:`~sagestream.http.Writer` starts the response
+with the first chunk and writes each one) and notes each delta on the invocation's
+:class:`~sagestream.record.StreamRecord`. Until the first chunk a failure still gets its own HTTP status;
+after it, it travels as one SSE error event and the stream ends without ``[DONE]``.
+
+Both kinds wait for capacity the same way (:func:`first_answer`, over :mod:`sagestream.capacity`): a held
+stream writes SSE keep-alive comments meanwhile (:class:`KeepAlives`), a whole answer writes nothing.
+
+Example::
+
+    >>> TARGET_HEADER
+    'x-sagestream-target'
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import msgspec
+
+from sagestream import capacity, faults, upstream
+from sagestream.delta import Delta
+from sagestream.dialects import DecodeError, UpstreamStreamError, dialect_named
+from sagestream.errors import APIError
+from sagestream.http import JSON_HEADERS, SSE_HEADERS
+from sagestream.relay import KEEPALIVE, KEEPALIVE_EVENT, relay
+
+if TYPE_CHECKING:
+    from sagestream.call import Call
+    from sagestream.config import Config
+    from sagestream.protocols import ClientAPI, Parsed
+    from sagestream.record import StreamRecord
+
+__all__ = ["TARGET_HEADER", "KeepAlives", "finish", "first_answer", "invoke", "stream", "whole"]
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+# The response header naming the upstream that served a model with fallbacks (the log record's `target`).
+TARGET_HEADER = "x-sagestream-target"
+
+
+def whole(
+    client: Any, call: Call, cfg: Config, api: ClientAPI, parsed: Parsed, payload: bytes, *, deadline: float
+) -> None:
+    """The answer in one body, as ``api`` writes it, and what the route keeps of it."""
+    answer = invoke(client, call, cfg, parsed, payload, deadline=deadline)
+    if not answer.finish_reason:
+        answer = msgspec.structs.replace(answer, finish_reason="stop")  # keeps tool calls, reasoning, logprobs
+    data = api.whole(answer, parsed, cfg)
+    call.record.wrote(answer, b"")  # a whole answer has no first delta or cadence
+    call.writer.write(data, 200, {**JSON_HEADERS, **parsed.headers})
+    finish(call, parsed, data)
+
+
+def invoke(client: Any, call: Call, cfg: Config, parsed: Parsed, payload: bytes, *, deadline: float) -> Delta:
+    """A whole (non-streamed) answer to ``payload``, as one delta; a fault as the client's error.
+
+    Held while the model has no capacity as a stream is, with nothing written meanwhile (a whole answer has
+    no keep-alive): a client that leaves is not noticed before the deadline or ``cold_wait_s``."""
+    try:
+        body = first_answer(
+            call,
+            cfg,
+            lambda target: upstream.invoke(client, target, payload, deadline=deadline, ids=call.ids),
+            deadline=deadline,
+            wait=time.sleep,
+        )
+        return dialect_named(cfg.dialect).decode_body(body, parsed.request)
+    except (DecodeError, UpstreamStreamError) as exc:
+        raise faults.error_from(exc) from exc
+
+
+def stream(
+    client: Any, call: Call, cfg: Config, api: ClientAPI, parsed: Parsed, payload: bytes, *, deadline: float
+) -> None:
+    """Open the upstream stream and write each delta the moment it is decoded."""
+    record, writer = call.record, call.writer
+    # Made first: a request held for capacity may have started the response with keep-alives, and a fault
+    # after them is this encoder's error event.
+    encoder = call.encoder = api.encoder(parsed, cfg)
+    headers = {**SSE_HEADERS, **parsed.headers}
+    parts = first_answer(
+        call,
+        cfg,
+        lambda target: upstream.open_stream(
+            client, target, payload, deadline=deadline, ids=call.ids, keepalive_s=cfg.sse_keepalive_s
+        ),
+        deadline=deadline,
+        wait=KeepAlives(call, headers, cfg.sse_keepalive_s),
+    )
+    # Closed at once however the loop ends (a client gone raises out of the write): the endpoint stops
+    # generating for nobody.
+    try:
+        with parts:
+            decoder = dialect_named(cfg.dialect).stream_decoder(parsed.request)
+            for item, data in relay(_timed(parts, record), decoder, encoder):
+                if isinstance(item, APIError):
+                    record.fail(item)
+                    logger.warning("stream ended by an upstream failure: %s", item.message)
+                writer.write(data, 200, headers)
+                if isinstance(item, Delta):
+                    # Timed here, at the edge: from the read that completed the delta to its write.
+                    record.wrote(item, data, read_at=parts.read_at)
+                elif item is KEEPALIVE:
+                    record.keepalives += 1
+    finally:
+        ended = getattr(encoder, "ended", None)  # an encoder that keeps its events for followers: closed
+        if ended is not None:
+            ended()
+    # The Responses encoder's last whole response object (none after a failure): kept once it was sent.
+    finish(call, parsed, getattr(encoder, "final", None))
+
+
+def first_answer(
+    call: Call, cfg: Config, ask: Callable[[Config], T], *, deadline: float, wait: Callable[[float], None]
+) -> T:
+    """``ask``'s answer from the model's first upstream that has capacity (:mod:`sagestream.capacity`: its
+    fallbacks in order, held up to its ``cold_wait_s``); the record told which served and how long it waited."""
+    held = capacity.Held()
+    try:
+        return capacity.first_answer(ask, cfg.upstreams, held, deadline=deadline, wait=wait)
+    finally:
+        record = call.record
+        if cfg.fallbacks and held.target is not None:
+            # Where there was a choice: the record names the target, and so does the response, unless it
+            # started already (a held stream's keep-alives).
+            record.target, record.fallback = held.target, held.fallback
+            call.writer.extra_headers[TARGET_HEADER] = held.target
+        if held.rounds:
+            record.cold_wait_rounds, record.cold_wait_ms = held.rounds, held.waited_s * 1000
+
+
+def finish(call: Call, parsed: Parsed, answer: bytes | None) -> None:
+    """After the answer has reached the client whole: what the route keeps of it (stored responses)."""
+    if parsed.finish is None or answer is None:
+        return
+    try:
+        parsed.finish(answer)
+        call.record.stored = True
+    except Exception:
+        call.record.stored = False
+        logger.exception("keeping the answer failed")
+
+
+class KeepAlives:
+    """The wait of a stream held for capacity: an SSE keep-alive comment every ``every_s`` of it, as for an
+    endpoint's silence, so that a front which cuts silent streams keeps it, and a client that left is noticed
+    (the write raises :class:`~sagestream.lambda_runtime.ClientDisconnected`, which ends the hold). ``every_s``
+    0: no comments. The first comment starts the response (200): a fault after it is the protocol's error event."""
+
+    def __init__(self, call: Call, headers: dict[str, str], every_s: float) -> None:
+        self.call, self.headers, self.every_s = call, headers, every_s
+        self.due: float | None = None  # when the next comment is due; counted from the first wait
+
+    def __call__(self, seconds: float) -> None:
+        now = time.monotonic()
+        end = now + seconds
+        if not self.every_s:
+            time.sleep(seconds)
+            return
+        if self.due is None:
+            self.due = now + self.every_s
+        while now < end:
+            if now >= self.due:
+                self.call.writer.write(KEEPALIVE_EVENT, 200, self.headers)
+                self.call.record.keepalives += 1
+                self.due = now + self.every_s
+            time.sleep(max(0.0, min(end, self.due) - now))
+            now = time.monotonic()
+
+
+def _timed(parts: Iterable[bytes], record: StreamRecord) -> Iterator[bytes]:
+    """The parts, noting on the record when the first one arrived."""
+    for part in parts:
+        if record.upstream_first_byte is None:
+            record.upstream_first_byte = time.monotonic()
+        yield part

@@ -1,0 +1,37 @@
+"""One invocation as the route handlers see it: the request, the writer of its answer, Lambda's context and the
+invocation's log record, and what the walk learns on the way (the encoder, the upstream ids, the caller).
+
+Example::
+
+    >>> Call.__struct_fields__
+    ('request', 'writer', 'context', 'record', 'encoder', 'ids', 'identity')
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from sagestream.http import Request, Writer
+from sagestream.lambda_runtime import LambdaContext
+from sagestream.record import StreamRecord
+
+if TYPE_CHECKING:
+    from sagestream.identity import Identity
+    from sagestream.protocols import StreamEncoder
+    from sagestream.sagemaker_ids import UpstreamIds
+
+__all__ = ["Call"]
+
+
+class Call(msgspec.Struct, forbid_unknown_fields=True):
+    """One invocation as the route handlers see it."""
+
+    request: Request
+    writer: Writer
+    context: LambdaContext
+    record: StreamRecord
+    encoder: StreamEncoder | None = None  # a streamed answer's, once it is made: it writes errors after the start
+    ids: UpstreamIds | None = None  # what the upstream calls carry besides the body; set by the completion routes
+    identity: Identity | None = None  # the caller's verified sign-in, with AUTH_MODE=jwt
