@@ -347,3 +347,14 @@ def load_app() -> ModuleType:
 
 def context(seconds: float = 60.0) -> LambdaContext:
     return LambdaContext(aws_request_id="stub-invocation", deadline_ms=int((time.time() + seconds) * 1000))
+
+
+def call_of(request: Any, ctx: LambdaContext | None = None) -> Any:
+    """A :class:`sagestream.call.Call` for ``request`` (a :class:`sagestream.http.Request`), its answer written
+    to a :class:`RecordingStream` (``call.writer.stream``), its record fresh."""
+    from sagestream.call import Call
+    from sagestream.http import Writer
+    from sagestream.record import StreamRecord
+
+    ctx = ctx or context()
+    return Call(request, Writer(RecordingStream(), ctx.aws_request_id), ctx, StreamRecord())

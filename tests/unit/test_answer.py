@@ -16,11 +16,10 @@ from sagestream.answer import TARGET_HEADER, KeepAlives, finish, first_answer
 from sagestream.call import Call
 from sagestream.config import Config, Fallback
 from sagestream.errors import APIError
-from sagestream.http import SSE_HEADERS, Request, Writer
+from sagestream.http import SSE_HEADERS, Request
 from sagestream.protocols import Parsed
 from sagestream.protocols.openai.request import ChatCompletionRequest
-from sagestream.record import StreamRecord
-from tests.fakes import RecordingStream, context
+from tests.fakes import call_of
 
 NO_CAPACITY = APIError.upstream(503, "no copy running", code="no_capacity", headers={"Retry-After": "30"})
 
@@ -34,7 +33,7 @@ def _fresh_cooldowns() -> Iterator[None]:
 
 def call() -> Call:
     request = Request(method="POST", path="/v1/chat/completions", headers={}, body=b"{}")
-    return Call(request, Writer(RecordingStream(), "req-1"), context(), StreamRecord())
+    return call_of(request)
 
 
 def parsed(finish: Any = None) -> Parsed:

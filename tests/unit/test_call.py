@@ -9,12 +9,12 @@ from sagestream.http import Request, Writer
 from sagestream.identity import Identity
 from sagestream.record import StreamRecord
 from sagestream.sagemaker_ids import UpstreamIds
-from tests.fakes import RecordingStream, context
+from tests.fakes import RecordingStream, call_of, context
 
 
 def test_a_call_starts_knowing_only_the_invocation_and_the_walk_fills_in_the_rest() -> None:
     request = Request(method="POST", path="/v1/chat/completions", headers={}, body=b"{}")
-    call = Call(request, Writer(RecordingStream(), "req-1"), context(), StreamRecord())
+    call = call_of(request)
     assert (call.encoder, call.ids, call.identity) == (None, None, None)
     call.ids, call.identity = UpstreamIds.of("req-1", None), Identity(sub="user-7")
     assert call.identity.sub == "user-7" and call.ids == UpstreamIds.of("req-1", None)

@@ -9,10 +9,9 @@ import pytest
 from sagestream.call import Call
 from sagestream.config import Config
 from sagestream.errors import APIError
-from sagestream.http import Request, Routes, Writer
+from sagestream.http import Request, Routes
 from sagestream.own_routes import health, model, models, own_routes, unknown_model
-from sagestream.record import StreamRecord
-from tests.fakes import RecordingStream, context
+from tests.fakes import call_of
 
 TWO = '{"a": {"endpoint": "e-a"}, "b": {"endpoint": "e-b"}}'
 
@@ -24,7 +23,7 @@ class App:
 
 def call(path: str) -> Call:
     request = Request(method="GET", path=path, headers={}, body=b"")
-    return Call(request, Writer(RecordingStream(), "req-1"), context(), StreamRecord())
+    return call_of(request)
 
 
 def answered(handler: object, app: App, path: str) -> object:

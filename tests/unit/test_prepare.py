@@ -12,12 +12,11 @@ from sagestream.call import Call
 from sagestream.config import Config
 from sagestream.errors import APIError
 from sagestream.function_url import build_event
-from sagestream.http import Request, Writer
+from sagestream.http import Request
 from sagestream.identity import Identity
 from sagestream.prepare import body_of, model_named, owner, read_target, target_of, upstream_ids, upstream_payload
 from sagestream.protocols.openai import CHAT
-from sagestream.record import StreamRecord
-from tests.fakes import RecordingStream, context
+from tests.fakes import call_of, context
 
 TWO = '{"a": {"endpoint": "e-a"}, "b": {"endpoint": "e-b", "upstream_format": "tgi"}}'
 
@@ -33,7 +32,7 @@ def call(body: Any = None, headers: dict[str, str] | None = None, *, request_id:
         source_ip="127.0.0.1",
     )
     ctx = dataclasses.replace(context(), aws_request_id=request_id)
-    return Call(Request.from_event(event), Writer(RecordingStream(), request_id), ctx, StreamRecord())
+    return call_of(Request.from_event(event), ctx)
 
 
 def config(**env: str) -> Config:
