@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from snapshot_restore_py import register_after_restore
 
-from sagestream import answer, faults, prepare, protocols, upstream
+from sagestream import answer, faults, metering, prepare, protocols, upstream
 from sagestream.auth import Authenticator, requires_key
 from sagestream.call import Call
 from sagestream.config import Config
@@ -49,6 +49,7 @@ from sagestream.http import Request, Route, Routes, Writer
 from sagestream.lambda_runtime import ClientDisconnected, LambdaContext, ResponseStream, WriteTimedOut
 from sagestream.own_routes import own_routes
 from sagestream.protocols import error_event
+from sagestream.quotas import DynamoQuotas
 from sagestream.record import StreamRecord
 from sagestream.telemetry import Telemetry, prompt_of
 
@@ -72,6 +73,8 @@ class App:
         self.telemetry = telemetry or Telemetry(config)
         self.auth = auth or Authenticator(config)
         self.routes = Routes([*protocols.ROUTES, *own_routes(config)])
+        # Per-caller quotas (QUOTAS), counted in DynamoDB; None when off.
+        self.quotas = DynamoQuotas(config.quotas_table or "", config.quotas) if config.quotas is not None else None
         self._margin_checked = False
 
     def __call__(self, event: dict[str, Any], stream: ResponseStream, context: LambdaContext) -> None:
@@ -113,7 +116,17 @@ class App:
             finally:
                 if stream.started:
                     stream.close()  # the client has the whole answer before anything below runs
+                self._after(call)
                 self.telemetry.finish(record, request_id=context.aws_request_id, function_name=context.function_name)
+
+    @staticmethod
+    def _after(call: Call) -> None:
+        """What the walk left to run once the response is closed (the quota's settle); each on its own."""
+        for then in call.after:
+            try:
+                then()
+            except Exception:
+                logger.exception("work after the response failed")
 
     def _check_margin(self, context: LambdaContext) -> None:
         """Warn once, at the environment's first invocation, when DEADLINE_MARGIN_MS leaves no time to answer.
@@ -186,10 +199,14 @@ class App:
         req = parsed.request
         record.streamed = stream = bool(req.stream)
         call.ids = self.upstream_ids(call, cfg, getattr(req, "prompt_cache_key", None))
+        # A background response streams, whatever the request says (its run's body is this one).
+        streamed = stream or parsed.instead is not None
+        payload = self.upstream_payload(call, cfg, parsed, stream=streamed, max_tokens_default=cfg.max_tokens_limit)
+        if self.quotas is not None:  # before anything is answered: a refusal is still a status
+            metering.reserve(self.quotas, self.auth, call, cfg, api, parsed, payload)
         if parsed.instead is not None:  # answered otherwise: a background response, run by another invocation
             parsed.instead(self, call, parsed)
             return
-        payload = self.upstream_payload(call, cfg, parsed, stream=stream, max_tokens_default=cfg.max_tokens_limit)
         # Noted once the call is certain: a request refused above made none, and its record names no ids.
         record.inference_id, record.prefix_aware_id = call.ids.inference_id, call.ids.prefix_aware_id
         with self.telemetry.upstream(record):  # the trace subsegment ends with the stream

@@ -99,6 +99,18 @@ def parse_keys(value: str | bytes | None) -> tuple[str, ...]:
     return tuple(k for k in stripped.replace(",", " ").split() if k)
 
 
+def key_names(value: str | bytes | None) -> dict[str, str]:
+    """The operator's name of each key, where the value is a JSON object (``{"alice": "<key>"}``)."""
+    text = value.decode("utf-8") if isinstance(value, bytes) else str(value or "")
+    if not text.strip().startswith("{"):
+        return {}
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        return {}
+    return {str(k).strip(): str(n) for n, k in data.items() if str(k).strip()} if isinstance(data, dict) else {}
+
+
 def presented_keys(headers: Mapping[str, str]) -> list[str]:
     """The keys a request offers: the ``Authorization`` bearer token and the ``x-api-key`` header."""
     keys: list[str] = []
@@ -137,6 +149,7 @@ class Authenticator:
         self._store, self._name = store_of(self.parameter or "")
         self._local = tuple(_digest(k) for k in config.api_keys)
         self._sources: dict[Store, KeySource] = dict(sources or {})
+        self._names: dict[bytes, str] = {}  # a key's digest: its name in the parameter's JSON object
         self.verifier: JwtVerifier | None = None
         if self.mode == "jwt":
             from sagestream.identity import JwtVerifier  # PyJWT and cryptography: this mode's init only
@@ -168,6 +181,18 @@ class Authenticator:
             raise APIError.unauthorized("Invalid API key.")
         return None
 
+    def matched_key(self, headers: Mapping[str, str]) -> tuple[str, str | None] | None:
+        """The key a request that passed :meth:`check` carries (``api_key`` mode, keys the function holds): its
+        SHA-256 in hex and its name, where the keys are named; None in other modes."""
+        if self.mode != "api_key" or self.gateway_checked:
+            return None
+        digests = set(self._digests())
+        for key in presented_keys(headers):
+            digest = _digest(key)
+            if digest in digests:
+                return digest.hex(), self._names.get(digest)
+        return None
+
     def _digests(self) -> tuple[bytes, ...]:
         if self.parameter is None:
             return self._local
@@ -178,6 +203,7 @@ class Authenticator:
             logger.error("could not read the API keys from %s: %s", self.parameter, exc)
             raise APIError.internal("The server could not check the API key.") from exc
         keys = parse_keys(value)
+        self._names = {_digest(k): n for k, n in key_names(value).items()}
         if not keys:
             logger.error("%s holds no API keys: every request will be refused", self.parameter)
         return self._local + tuple(_digest(k) for k in keys)

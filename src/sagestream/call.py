@@ -4,11 +4,12 @@ invocation's log record, and what the walk learns on the way (the encoder, the u
 Example::
 
     >>> Call.__struct_fields__
-    ('request', 'writer', 'context', 'record', 'encoder', 'ids', 'identity')
+    ('request', 'writer', 'context', 'record', 'encoder', 'ids', 'identity', 'quota', 'after')
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -20,6 +21,7 @@ from sagestream.record import StreamRecord
 if TYPE_CHECKING:
     from sagestream.identity import Identity
     from sagestream.protocols import StreamEncoder
+    from sagestream.quotas import Reservation
     from sagestream.sagemaker_ids import UpstreamIds
 
 __all__ = ["Call"]
@@ -35,3 +37,6 @@ class Call(msgspec.Struct, forbid_unknown_fields=True):
     encoder: StreamEncoder | None = None  # a streamed answer's, once it is made: it writes errors after the start
     ids: UpstreamIds | None = None  # what the upstream calls carry besides the body; set by the completion routes
     identity: Identity | None = None  # the caller's verified sign-in, with AUTH_MODE=jwt
+    quota: Reservation | None = None  # what the request holds of its caller's quota (sagestream.metering)
+    # What runs once the response is closed (the quota's settle): the client has its whole answer by then.
+    after: list[Callable[[], None]] = msgspec.field(default_factory=list)

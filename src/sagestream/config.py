@@ -45,6 +45,7 @@ from urllib.parse import urlsplit
 import msgspec
 
 from sagestream.dialects import DIALECTS, dialect_named, prompts
+from sagestream.quotas import Policy, parse_policy
 from sagestream.settings import AUTH_MODES, READ_BY_CONFIG, SETTINGS, ConfigError
 
 __all__ = ["AUTH_MODES", "Config", "ConfigError", "Fallback", "ModelTarget", "parse_models"]
@@ -249,6 +250,10 @@ class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     responses_ttl_days: int = 30
     responses_max_chain: int = 100
     responses_resumable_streams: bool = True
+    # Per-caller quotas (sagestream.quotas): the policy (None: off), its table, and what DynamoDB's absence means.
+    quotas: Policy | None = None
+    quotas_table: str | None = None
+    quotas_unavailable: str = "closed"
     tracing: bool = False
     # prompt_cache_key becomes SageMaker's PrefixAwareId (sagestream.sagemaker_ids): for prefix-aware endpoints.
     prefix_aware_routing: bool = False
@@ -328,6 +333,7 @@ class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         check_extra_request_fields(values["EXTRA_REQUEST_FIELDS"])
         check_api_key_mode(values)
         check_responses_store(values)
+        fields["quotas"] = quota_policy(values)
         fields["jwt_audience"], fields["jwt_page_client_id"] = jwt_clients(values, fetch_parameter)
         check_jwt_mode(values, fields["jwt_audience"])
         fields["tracing"] = not values["POWERTOOLS_TRACE_DISABLED"]
@@ -414,6 +420,20 @@ def check_responses_store(values: Mapping[str, Any]) -> None:
     """``RESPONSES_STORE=dynamodb`` needs its table."""
     if values["RESPONSES_STORE"] == "dynamodb" and not values["RESPONSES_TABLE"]:
         raise ConfigError("RESPONSES_STORE=dynamodb needs RESPONSES_TABLE, the table stored responses are kept in")
+
+
+def quota_policy(values: Mapping[str, Any]) -> Policy | None:
+    """``QUOTAS`` read (:func:`sagestream.quotas.parse_policy`), and its table named; None when unset."""
+    text = values["QUOTAS"]
+    if text is None:
+        return None
+    try:
+        policy = parse_policy(text)
+    except ValueError as exc:
+        raise ConfigError(f"QUOTAS: {exc}") from None
+    if not values["QUOTAS_TABLE"]:
+        raise ConfigError("QUOTAS needs QUOTAS_TABLE, the DynamoDB table the counts are kept in")
+    return policy
 
 
 def jwt_clients(values: Mapping[str, Any], fetch_parameter: Callable[[str], str]) -> tuple[tuple[str, ...], str | None]:

@@ -76,6 +76,7 @@ class Identity:
     sub: str
     client_id: str | None = None
     username: str | None = None
+    groups: tuple[str, ...] = ()  # the token's cognito:groups (or groups) claim: what per-group quotas match
 
     def log_fields(self) -> dict[str, str]:
         fields = {"caller": self.sub}
@@ -375,6 +376,7 @@ class JwtVerifier:
             username=_text(
                 claims.get("username") or claims.get("cognito:username") or claims.get("preferred_username")
             ),
+            groups=_groups(claims),
         )
 
     def _for_us(self, claims: Mapping[str, Any]) -> bool:
@@ -410,6 +412,13 @@ def _scopes(claims: Mapping[str, Any]) -> frozenset[str]:
         elif isinstance(value, list):
             found.update(str(v) for v in value)
     return frozenset(found)
+
+
+def _groups(claims: Mapping[str, Any]) -> tuple[str, ...]:
+    """Cognito's ``cognito:groups``, or the ``groups`` claim other issuers use: its strings, in order."""
+    value = claims.get("cognito:groups", claims.get("groups"))
+    listed = [value] if isinstance(value, str) else value if isinstance(value, list) else []
+    return tuple(g for g in listed if isinstance(g, str) and g)
 
 
 def _text(value: Any) -> str | None:

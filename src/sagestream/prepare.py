@@ -123,6 +123,10 @@ def upstream_payload(call: Call, cfg: Config, parsed: Parsed, *, stream: bool, m
         )
     except APIError as err:
         raise parsed.in_client_terms(err) from None
+    if stream and cfg.quotas is not None and "stream_options" in dialect.computed_fields:
+        # A quota settles to the container's usage: asked for on every stream (the client's encoder sends
+        # it on only where the client asked for it too).
+        body["stream_options"] = {**body.get("stream_options", {}), "include_usage": True}
     if call.identity is not None and dialect.carries_user:
         # OpenAI's `user`, which Messages-API containers take for abuse tracking: the verified caller,
         # in place of whatever the client wrote there, so that no caller can speak for another. The

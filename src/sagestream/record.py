@@ -156,6 +156,7 @@ class StreamRecord(msgspec.Struct, forbid_unknown_fields=True):
     relay: Histogram = msgspec.field(default_factory=Histogram)
     output_deltas: int = 0
     usage_tokens: int | None = None
+    prompt_tokens: int | None = None  # the container's count of the prompt, where its usage gave one
     finish_reason: str | None = None
     error_type: str | None = None
     error_code: str | None = None
@@ -170,6 +171,13 @@ class StreamRecord(msgspec.Struct, forbid_unknown_fields=True):
     fallback: bool = False
     cold_wait_rounds: int = 0
     cold_wait_ms: float | None = None
+    # Quotas (sagestream.quotas): who the request counted against, what came of its reservation (reserved,
+    # refused, unavailable), the tokens it was charged, and its settle's retries and failure.
+    quota_subject: str | None = None
+    quota: str | None = None
+    quota_tokens: int | None = None
+    quota_settle_retries: int = 0
+    quota_settle_failed: bool = False
     prompt: Any = None  # the request's messages or prompt, kept only when LOG_PAYLOADS=true
     completion: list[str] | None = None  # the answer's text, kept only when LOG_PAYLOADS=true
     # Request fields and headers accepted as documented no-ops (invariant 8), by the client's name, with a count.
@@ -197,6 +205,8 @@ class StreamRecord(msgspec.Struct, forbid_unknown_fields=True):
             self.finish_reason = delta.finish_reason
         if delta.usage is not None:
             self.usage_tokens = delta.usage.completion_tokens
+            if delta.usage.prompt_tokens is not None:
+                self.prompt_tokens = delta.usage.prompt_tokens
         if delta.content or delta.tool_calls or delta.reasoning_content or delta.reasoning or delta.refusal:
             self.output_deltas += 1  # each such delta is one generated token on the servers that stream
         if delta.content and self.completion is not None:

@@ -450,6 +450,31 @@ SETTINGS: tuple[Setting, ...] = (
         read_by="the Function URL's CORS (locally `sagestream_local.cors`)",
     ),
     Setting(
+        "QUOTAS",
+        "text",
+        "per-caller limits: requests and tokens per minute, tokens per day and per month, counted in "
+        "`QUOTAS_TABLE`; the default limits as words (`tokens_per_minute=20000 requests_per_minute=30`) or JSON "
+        "with per-group and per-caller overrides (see [Quotas](auth.md#quotas))",
+        default_doc="unset: no quotas",
+        template_parameter="Quotas",
+    ),
+    Setting(
+        "QUOTAS_TABLE",
+        "text",
+        "`QUOTAS` set: the DynamoDB table the counts are kept in (the template makes it)",
+        field="quotas_table",
+    ),
+    Setting(
+        "QUOTAS_UNAVAILABLE",
+        "choice",
+        "what a request gets when DynamoDB cannot be asked about its quota: `closed` a 503 "
+        "`quota_unavailable` with `Retry-After`, `open` the answer, uncounted (logged and counted either way)",
+        default="closed",
+        field="quotas_unavailable",
+        template_parameter="QuotasUnavailable",
+        choices=("closed", "open"),
+    ),
+    Setting(
         "RESPONSES_STORE",
         "choice",
         "where the Responses API keeps responses (`store`, `previous_response_id`, `GET /v1/responses/{id}`): "

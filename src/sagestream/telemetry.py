@@ -163,6 +163,12 @@ def invocation_fields(
         fields["cold_wait_ms"] = round(record.cold_wait_ms, 3)
     if record.stored is not None:
         fields["stored"] = record.stored
+    if record.quota is not None:  # QUOTAS: who it counted against (never a key: its name or fingerprint), and how
+        fields["quota_subject"], fields["quota"] = record.quota_subject, record.quota
+        if record.quota_tokens is not None:
+            fields["quota_tokens"] = record.quota_tokens
+            fields["quota_settle_retries"] = record.quota_settle_retries
+            fields["quota_settle_failed"] = record.quota_settle_failed
     if record.noops:
         fields["noops"] = dict(record.noops)  # what clients send that cannot change the answer, counted
     # Who called, where the front or the function checked it: the signing principal, the token's subject, or the
@@ -221,6 +227,13 @@ def invocation_metrics(
         main.add_metric("ColdWaitTime", ms, record.cold_wait_ms)
     if record.target is not None:  # a model with fallbacks, served: by one of them (1) or by its own (0)
         main.add_metric("Fallbacks", MetricUnit.Count, int(record.fallback))
+    if record.quota is not None:  # QUOTAS: refused over a limit, or DynamoDB not reached; charged, and settled
+        main.add_metric("QuotaRefusals", MetricUnit.Count, int(record.quota == "refused"))
+        main.add_metric("QuotaUnavailable", MetricUnit.Count, int(record.quota == "unavailable"))
+        if record.quota_tokens is not None:
+            main.add_metric("QuotaTokens", MetricUnit.Count, record.quota_tokens)
+            main.add_metric("QuotaSettleRetries", MetricUnit.Count, record.quota_settle_retries)
+            main.add_metric("QuotaSettleFailures", MetricUnit.Count, int(record.quota_settle_failed))
     main.add_metadata("function_request_id", request_id)
     blobs.append(dict(main.serialize_metric_set()))
     if record.upstream_started is not None and record.error_code and record.error_code != DEADLINE_EXCEEDED:

@@ -100,6 +100,12 @@ def main(argv: list[str] | None = None) -> int:
             """(or '{"throttle_every": 3}'; run with COLD_WAIT_S=90 to hold requests meanwhile)""",
             flush=True,
         )
+    if stack.env.get("QUOTAS") or os.environ.get("QUOTAS"):
+        print(
+            f"  quotas:     {stack.env.get('QUOTAS') or os.environ.get('QUOTAS')}  (per caller, counted in DynamoDB "
+            f"table {stack.env.get('QUOTAS_TABLE') or os.environ.get('QUOTAS_TABLE')}; answers carry x-ratelimit-*)",
+            flush=True,
+        )
     if stack.lambda_invoke is not None:
         print(
             f"  background: {stack.lambda_invoke.url}  (Lambda's async Invoke: background responses run here)",

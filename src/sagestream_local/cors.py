@@ -82,6 +82,27 @@ EXPOSE_HEADERS = (
     "retry-after-ms",
     "request-id",
     "x-sagestream-target",
+    # QUOTAS' rate-limit headers (sagestream.quotas), for a page that shows what is left.
+    "x-ratelimit-limit-requests",
+    "x-ratelimit-remaining-requests",
+    "x-ratelimit-reset-requests",
+    "x-ratelimit-limit-tokens",
+    "x-ratelimit-remaining-tokens",
+    "x-ratelimit-reset-tokens",
+    "x-ratelimit-limit-tokens-day",
+    "x-ratelimit-remaining-tokens-day",
+    "x-ratelimit-limit-tokens-month",
+    "x-ratelimit-remaining-tokens-month",
+    "anthropic-ratelimit-requests-limit",
+    "anthropic-ratelimit-requests-remaining",
+    "anthropic-ratelimit-requests-reset",
+    "anthropic-ratelimit-tokens-limit",
+    "anthropic-ratelimit-tokens-remaining",
+    "anthropic-ratelimit-tokens-reset",
+    "anthropic-ratelimit-tokens-day-limit",
+    "anthropic-ratelimit-tokens-day-remaining",
+    "anthropic-ratelimit-tokens-month-limit",
+    "anthropic-ratelimit-tokens-month-remaining",
 )
 MAX_AGE_S = 86400
 

@@ -1,8 +1,10 @@
-"""DynamoDB on a laptop: moto's server mode on loopback, with the table the template makes for stored responses.
+"""DynamoDB on a laptop: moto's server mode on loopback, with the tables the template makes for stored responses
+and for quotas' counts.
 
 ``make run`` keeps the Responses API's stored responses here, so that ``previous_response_id`` works with no
-AWS account; the function reaches it as it would the real service, over HTTP through botocore, pointed at it
-by ``AWS_ENDPOINT_URL_DYNAMODB``. Nothing is kept across runs.
+AWS account, and with ``QUOTAS`` set the per-caller counts (:mod:`sagestream.quotas`); the function reaches
+it as it would the real service, over HTTP through botocore, pointed at it by ``AWS_ENDPOINT_URL_DYNAMODB``.
+Nothing is kept across runs.
 
 Example::
 
@@ -16,16 +18,18 @@ import logging
 from typing import Any
 
 TABLE = "sagestream-responses"
+QUOTAS_TABLE = "sagestream-quotas"
 _CREDENTIALS = {"aws_access_key_id": "local", "aws_secret_access_key": "local"}  # moto checks nothing
 
 
 class LocalDynamoDB:
     """moto's DynamoDB on 127.0.0.1 (a free port), and the responses table in it."""
 
-    def __init__(self, table: str = TABLE, region: str = "us-east-1") -> None:
+    def __init__(self, table: str = TABLE, region: str = "us-east-1", quotas_table: str = QUOTAS_TABLE) -> None:
         from moto.server import ThreadedMotoServer
 
         self.table = table
+        self.quotas_table = quotas_table
         self.region = region
         self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
         self.url = ""
@@ -36,7 +40,15 @@ class LocalDynamoDB:
         host, port = self._server.get_host_and_port()
         self.url = f"http://{host}:{port}"
         client = self.client()
-        if self.table in client.list_tables()["TableNames"]:
+        tables = client.list_tables()["TableNames"]
+        if self.quotas_table not in tables:  # as the template makes it: one string key, on demand
+            client.create_table(
+                TableName=self.quotas_table,
+                KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+                AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+                BillingMode="PAY_PER_REQUEST",
+            )
+        if self.table in tables:
             return self  # moto keeps one set of tables per process: a second server in it serves the same
         client.create_table(
             TableName=self.table,
@@ -58,6 +70,10 @@ class LocalDynamoDB:
     def function_env(self) -> dict[str, str]:
         """What the function needs to keep its responses here."""
         return {"RESPONSES_STORE": "dynamodb", "RESPONSES_TABLE": self.table, "AWS_ENDPOINT_URL_DYNAMODB": self.url}
+
+    def quotas_env(self) -> dict[str, str]:
+        """What the function needs to keep quotas' counts here."""
+        return {"QUOTAS_TABLE": self.quotas_table, "AWS_ENDPOINT_URL_DYNAMODB": self.url}
 
     def stop(self) -> None:
         self._server.stop()

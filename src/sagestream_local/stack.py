@@ -19,9 +19,9 @@ Which upstream the runtime processes call:
   credentials and region so that no AWS configuration is needed.
 
 With ``RESPONSES_STORE=dynamodb``, moto's DynamoDB server holds the store (unless ``AWS_ENDPOINT_URL_DYNAMODB``
-names another) and :class:`~sagestream_local.lambda_invoke.LambdaInvoke` stands in for Lambda's asynchronous
-``Invoke`` (unless ``AWS_ENDPOINT_URL_LAMBDA`` names another), so background responses run in the same runtime
-processes.
+names another), and so, with ``QUOTAS`` and no ``QUOTAS_TABLE``, do the quotas' counts;
+:class:`~sagestream_local.lambda_invoke.LambdaInvoke` stands in for Lambda's asynchronous ``Invoke`` (unless
+``AWS_ENDPOINT_URL_LAMBDA`` names another), so background responses run in the same runtime processes.
 
 With ``AUTH_MODE=jwt`` and no ``JWT_ISSUER``, the stack also runs a
 :class:`~sagestream_local.oidc.LocalIssuer` on loopback, and points ``JWT_ISSUER``, ``JWT_AUDIENCE``,
@@ -109,8 +109,11 @@ class LocalStack:
             self.env.setdefault("JWT_REQUIRED_SCOPES", self.issuer.scope)
             self.env.setdefault("JWT_PAGE_CLIENT_ID", self.issuer.client_id)
         # RESPONSES_STORE=dynamodb with no DynamoDB named: the Responses API keeps its responses in moto's server.
+        # QUOTAS with no table named: the counts are kept there too.
         self.dynamodb: LocalDynamoDB | None = None
-        if (merged.get("RESPONSES_STORE") or "").lower() == "dynamodb" and not merged.get("AWS_ENDPOINT_URL_DYNAMODB"):
+        self._store_here = (merged.get("RESPONSES_STORE") or "").lower() == "dynamodb"
+        self._quotas_here = bool(merged.get("QUOTAS")) and not merged.get("QUOTAS_TABLE")
+        if (self._store_here or self._quotas_here) and not merged.get("AWS_ENDPOINT_URL_DYNAMODB"):
             self.dynamodb = LocalDynamoDB()
         # With a store, background responses: the function invokes itself asynchronously, here through a
         # stand-in of Lambda's Invoke that runs the event in this stack's runtime processes.
@@ -165,7 +168,10 @@ class LocalStack:
     def start(self) -> LocalStack:
         if self.dynamodb is not None:
             self.dynamodb.start()
-            self.env.update(self.dynamodb.function_env())
+            if self._store_here:
+                self.env.update(self.dynamodb.function_env())
+            if self._quotas_here:
+                self.env.update(self.dynamodb.quotas_env())
             self.env.setdefault("AWS_ACCESS_KEY_ID", "local")  # moto checks no credential; botocore needs one
             self.env.setdefault("AWS_SECRET_ACCESS_KEY", "local")
             self.env["NO_PROXY"] = ",".join(filter(None, [os.environ.get("NO_PROXY"), "127.0.0.1", "localhost"]))

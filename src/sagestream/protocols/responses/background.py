@@ -149,6 +149,8 @@ def start(
         "previous_response_id": request._previous_response_id,
         "created_at": created_at,
         "prefix_aware_id": call.ids.prefix_aware_id if call.ids is not None else None,
+        # The caller's quota reservation (sagestream.metering): the run settles it, once it knows the usage.
+        "quota": call.quota.job() if call.quota is not None else None,
     }
     digest = owner_of(owner)
     try:
@@ -165,6 +167,8 @@ def start(
             503, "The background response could not be started. Try again.", type="server_error", code="unavailable"
         ) from exc
     call.record.stored = True
+    if call.quota is not None:
+        call.quota.handed_off = True  # the run settles it; this invocation generates nothing
     if not request.stream:
         call.writer.write(dumps(queued), 200, {**JSON_HEADERS, **headers})
         return
@@ -284,6 +288,7 @@ def run(app: Any, event: Mapping[str, Any], stream: Any, context: Any) -> None:
     cfg = app.config
     outcome = "skipped"
     owner: str | None = None
+    job: dict[str, Any] | None = None
     with app.telemetry.bind(context.aws_request_id, None):
         try:
             runs = runs_for(cfg)
@@ -372,6 +377,10 @@ def run(app: Any, event: Mapping[str, Any], stream: Any, context: Any) -> None:
             stream.start(200, JSON_HEADERS)
             stream.write(dumps({"id": response_id, "status": outcome}))
             stream.close()
+            if job is not None:  # the caller's quota, charged what this run generated
+                from sagestream.metering import settle_job
+
+                settle_job(getattr(app, "quotas", None), record, job.get("quota"))
             app.telemetry.finish(record, request_id=context.aws_request_id, function_name=context.function_name)
 
 
