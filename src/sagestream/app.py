@@ -227,6 +227,9 @@ class App:
     def invoke(self, call: Call, cfg: Config, parsed: Parsed, payload: bytes) -> Delta:
         return answer.invoke(self.client, call, cfg, parsed, payload, deadline=self.deadline(call))
 
+    def settle_quota(self, record: StreamRecord, job: dict[str, Any] | None) -> None:
+        metering.settle_job(self.quotas, record, job)
+
     def deadline(self, call: Call) -> float:
         """When the answer must have ended (a :func:`time.monotonic` value): the margin before Lambda's own."""
         return time.monotonic() + (call.context.get_remaining_time_in_millis() - self.config.deadline_margin_ms) / 1000

@@ -140,7 +140,7 @@ def test_over_the_limit_is_a_429_the_openai_sdk_reads(stack: LocalStack) -> None
     assert 1 <= int(headers["retry-after"]) <= 60
     assert headers["x-ratelimit-limit-tokens"] == "600"
     requested = int(re.search(r"Requested (\d+)", body["message"]).group(1))  # type: ignore[union-attr]
-    assert 400 < requested and int(headers["x-ratelimit-remaining-tokens"]) < requested
+    assert requested > 400 and int(headers["x-ratelimit-remaining-tokens"]) < requested
     # Another caller is not held back by Alice's minute.
     assert sdk(stack, BOB).chat.completions.create(model=MODEL, messages=ASK, max_tokens=8).choices
 

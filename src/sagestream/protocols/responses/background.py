@@ -378,9 +378,7 @@ def run(app: Any, event: Mapping[str, Any], stream: Any, context: Any) -> None:
             stream.write(dumps({"id": response_id, "status": outcome}))
             stream.close()
             if job is not None:  # the caller's quota, charged what this run generated
-                from sagestream.metering import settle_job
-
-                settle_job(getattr(app, "quotas", None), record, job.get("quota"))
+                app.settle_quota(record, job.get("quota"))
             app.telemetry.finish(record, request_id=context.aws_request_id, function_name=context.function_name)
 
 
