@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from snapshot_restore_py import register_after_restore
 
-from sagestream import answer, faults, metering, prepare, protocols, upstream
+from sagestream import answer, faults, prepare, protocols, upstream
 from sagestream.auth import Authenticator, requires_key
 from sagestream.call import Call
 from sagestream.config import Config
@@ -49,13 +49,13 @@ from sagestream.http import Request, Route, Routes, Writer
 from sagestream.lambda_runtime import ClientDisconnected, LambdaContext, ResponseStream, WriteTimedOut
 from sagestream.own_routes import own_routes
 from sagestream.protocols import error_event
-from sagestream.quotas import DynamoQuotas
 from sagestream.record import StreamRecord
 from sagestream.telemetry import Telemetry, prompt_of
 
 if TYPE_CHECKING:
     from sagestream.delta import Delta
     from sagestream.protocols import ClientAPI, Parsed
+    from sagestream.quotas import DynamoQuotas
 
 __all__ = ["App", "Call", "Request", "Route", "Writer", "handler"]
 
@@ -73,8 +73,12 @@ class App:
         self.telemetry = telemetry or Telemetry(config)
         self.auth = auth or Authenticator(config)
         self.routes = Routes([*protocols.ROUTES, *own_routes(config)])
-        # Per-caller quotas (QUOTAS), counted in DynamoDB; None when off.
-        self.quotas = DynamoQuotas(config.quotas_table or "", config.quotas) if config.quotas is not None else None
+        # Per-caller quotas (QUOTAS), counted in DynamoDB; None when off (and their modules never imported).
+        self.quotas: DynamoQuotas | None = None
+        if config.quotas is not None:
+            from sagestream.quotas import DynamoQuotas
+
+            self.quotas = DynamoQuotas(config.quotas_table or "", config.quotas)
         self._margin_checked = False
 
     def __call__(self, event: dict[str, Any], stream: ResponseStream, context: LambdaContext) -> None:
@@ -203,6 +207,8 @@ class App:
         streamed = stream or parsed.instead is not None
         payload = self.upstream_payload(call, cfg, parsed, stream=streamed, max_tokens_default=cfg.max_tokens_limit)
         if self.quotas is not None:  # before anything is answered: a refusal is still a status
+            from sagestream import metering
+
             metering.reserve(self.quotas, self.auth, call, cfg, api, parsed, payload)
         if parsed.instead is not None:  # answered otherwise: a background response, run by another invocation
             parsed.instead(self, call, parsed)
@@ -228,7 +234,10 @@ class App:
         return answer.invoke(self.client, call, cfg, parsed, payload, deadline=self.deadline(call))
 
     def settle_quota(self, record: StreamRecord, job: dict[str, Any] | None) -> None:
-        metering.settle_job(self.quotas, record, job)
+        if self.quotas is not None:
+            from sagestream import metering
+
+            metering.settle_job(self.quotas, record, job)
 
     def deadline(self, call: Call) -> float:
         """When the answer must have ended (a :func:`time.monotonic` value): the margin before Lambda's own."""

@@ -45,7 +45,6 @@ from urllib.parse import urlsplit
 import msgspec
 
 from sagestream.dialects import DIALECTS, dialect_named, prompts
-from sagestream.quotas import Policy, parse_policy
 from sagestream.settings import AUTH_MODES, READ_BY_CONFIG, SETTINGS, ConfigError
 
 __all__ = ["AUTH_MODES", "Config", "ConfigError", "Fallback", "ModelTarget", "parse_models"]
@@ -251,7 +250,8 @@ class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     responses_max_chain: int = 100
     responses_resumable_streams: bool = True
     # Per-caller quotas (sagestream.quotas): the policy (None: off), its table, and what DynamoDB's absence means.
-    quotas: Policy | None = None
+    # A sagestream.quotas.Policy, typed loosely: that module is imported only when QUOTAS is set (init's CPU).
+    quotas: Any = None
     quotas_table: str | None = None
     quotas_unavailable: str = "closed"
     tracing: bool = False
@@ -422,11 +422,13 @@ def check_responses_store(values: Mapping[str, Any]) -> None:
         raise ConfigError("RESPONSES_STORE=dynamodb needs RESPONSES_TABLE, the table stored responses are kept in")
 
 
-def quota_policy(values: Mapping[str, Any]) -> Policy | None:
-    """``QUOTAS`` read (:func:`sagestream.quotas.parse_policy`), and its table named; None when unset."""
+def quota_policy(values: Mapping[str, Any]) -> Any:
+    """``QUOTAS`` read (a :class:`sagestream.quotas.Policy`), and its table named; None when unset."""
     text = values["QUOTAS"]
     if text is None:
         return None
+    from sagestream.quotas import parse_policy
+
     try:
         policy = parse_policy(text)
     except ValueError as exc:

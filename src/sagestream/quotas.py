@@ -56,7 +56,6 @@ Example::
 
 from __future__ import annotations
 
-import calendar
 import datetime
 import hashlib
 import logging
@@ -262,13 +261,18 @@ def windows(limits: Limits, now: float) -> list[Window]:
         found.append(Window("minute", str(minute), end - now, end + KEEP_AFTER_S))
     day = datetime.datetime.fromtimestamp(now, datetime.UTC).date()
     if limits.get("tokens_per_day") is not None:
-        end = calendar.timegm((day + datetime.timedelta(days=1)).timetuple())
+        end = _midnight(day + datetime.timedelta(days=1))
         found.append(Window("day", day.isoformat(), end - now, end + KEEP_AFTER_S))
     if limits.get("tokens_per_month") is not None:
         following = datetime.date(day.year + day.month // 12, day.month % 12 + 1, 1)
-        end = calendar.timegm(following.timetuple())
+        end = _midnight(following)
         found.append(Window("month", day.strftime("%Y-%m"), end - now, end + KEEP_AFTER_S))
     return found
+
+
+def _midnight(day: datetime.date) -> int:
+    """The start of ``day``, UTC, as a :func:`time.time` value."""
+    return int(datetime.datetime(day.year, day.month, day.day, tzinfo=datetime.UTC).timestamp())
 
 
 _TOKEN_LIMIT = {"minute": "tokens_per_minute", "day": "tokens_per_day", "month": "tokens_per_month"}

@@ -320,3 +320,15 @@ def test_any_json_header_is_a_401_never_another_exception(issuer: LocalIssuer, h
     verifier = FUZZED.get("verifier") or FUZZED.setdefault("verifier", verifier_for(issuer)[0])
     token = f"{b64(header)}.{b64(issuer.access_claims('alice'))}.{b64(b'sig')}"
     assert refusal(verifier, token).status == 401
+
+
+def test_a_tokens_groups_are_its_cognito_groups_or_groups_claim(issuer: LocalIssuer) -> None:
+    verifier, _ = verifier_for(issuer)
+    assert verifier.verify(issuer.access_token("alice", **{"cognito:groups": ["pro", "staff"]})).groups == (
+        "pro",
+        "staff",
+    )
+    assert verifier.verify(issuer.access_token("alice", groups="batch")).groups == ("batch",)
+    # A claim of the wrong shape names no group (never a 500); the quota then is the default's.
+    assert verifier.verify(issuer.access_token("alice", groups={"a": 1})).groups == ()
+    assert verifier.verify(issuer.access_token("alice", groups=["ok", 3, ""])).groups == ("ok",)
