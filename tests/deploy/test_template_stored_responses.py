@@ -7,13 +7,14 @@ from pathlib import Path
 
 from tests.cfn import load_template
 from tests.deploy.conftest import ROOT, sam_lint, with_defaults
-from tests.deploy.test_template import _deployed, _of_type, _statements
+from tests.deploy.test_template import _deployed, _statements
 
 
 def test_no_store_by_default(sam: Path) -> None:
     resources = _deployed(sam)
-    # Left to CloudFormation's condition, false with the defaults: no table is made.
-    assert [t["Condition"] for t in _of_type(resources, "AWS::DynamoDB::Table")] == ["StoresResponses"]
+    # Left to CloudFormation's condition, false with the defaults: no table is made (nor the quotas' one).
+    tables = {name: r["Condition"] for name, r in resources.items() if r["Type"] == "AWS::DynamoDB::Table"}
+    assert tables == {"ResponsesTable": "StoresResponses", "QuotasTable": "CountsQuotas"}
     variables = resources["SageStreamFunction"]["Properties"]["Environment"]["Variables"]
     assert variables["RESPONSES_STORE"] == "none" and variables["RESPONSES_TABLE"] == ""
 
@@ -22,7 +23,7 @@ def test_the_store_is_one_on_demand_table_with_ttl_that_the_function_may_only_re
     sam: Path,
 ) -> None:
     resources = _deployed(sam, ResponsesStore="dynamodb", ResponsesTtlDays=7)
-    (table,) = _of_type(resources, "AWS::DynamoDB::Table")
+    table = resources["ResponsesTable"]  # the quotas' table is test_template_quotas.py's
     properties = table["Properties"]
     assert properties["BillingMode"] == "PAY_PER_REQUEST"
     assert properties["KeySchema"] == [
@@ -65,7 +66,7 @@ def test_with_the_store_the_function_may_invoke_itself_and_nothing_else(sam: Pat
 def test_a_customer_key_encrypts_the_table_and_is_usable_only_through_dynamodb(sam: Path) -> None:
     key = "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
     resources = _deployed(sam, ResponsesStore="dynamodb", ResponsesKmsKeyArn=key)
-    (table,) = _of_type(resources, "AWS::DynamoDB::Table")
+    table = resources["ResponsesTable"]
     assert table["Properties"]["SSESpecification"] == {"SSEEnabled": True, "SSEType": "KMS", "KMSMasterKeyId": key}
     policies = resources["SageStreamFunctionRole"]["Properties"]["Policies"]
     (use,) = [
