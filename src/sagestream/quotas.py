@@ -23,13 +23,13 @@ TTL attribute ``expires_at``. Before the upstream call a conditional ``UpdateIte
 the request's worst case (the prompt's estimate, its UTF-8 bytes / 3 rounded up, plus its ``max_tokens``;
 capped at the window's token limit, so that one large request can still run alone): DynamoDB applies it
 only if the window still has room for all of it, so requests that run at once can never together pass a
-limit, whichever environments serve them. A later window that refuses gives back what the earlier ones
-took. After the answer's last byte one ``TransactWriteItems`` *settles* each item to the tokens really
-used: the container's usage where it reported one (the function asks for it on every stream), else the
-estimate and the deltas written; a client that left is charged what was generated until then, and a
-request that generated nothing is charged nothing. The settle carries a ``ClientRequestToken``, so its
-retries (3, then an error log naming the items and amounts, and the ``QuotaSettleFailures`` metric) can
-never apply it twice.
+limit, whichever environments serve them. Several windows are asked at once (threads: one round trip);
+if one refuses, what the others took is given back. After the answer's last byte one ``TransactWriteItems``
+*settles* each item to the tokens really used: the container's usage where it reported one (the function asks
+for it on every stream), else the estimate and the deltas written; a client that left is charged what was
+generated until then, and a request that generated nothing is charged nothing. The settle carries a
+``ClientRequestToken``, so its retries (3, then an error log naming the items and amounts, and the
+``QuotaSettleFailures`` metric) can never apply it twice.
 
 **Refusals**: 429 in the route's own error shape, with ``Retry-After`` (and ``retry-after-ms``) until the
 window's end; a day's or month's budget spent is ``insufficient_quota`` with ``x-should-retry: false``
@@ -418,6 +418,7 @@ class DynamoQuotas:
         self.table = table
         self.policy = policy
         self._client = client
+        self._threads: Any = None  # the reservations of several windows, made at once
 
     @property
     def client(self) -> Any:
@@ -449,14 +450,32 @@ class DynamoQuotas:
             return None
         now = time.time() if now is None else now
         digest = hashlib.sha256(subject.key.encode()).hexdigest()[:32]
+        found = windows(limits, now)
+        if len(found) == 1:
+            only = self._take(digest, found[0], limits, prompt + completion, style)
+            return Reservation(request_id, limits, prompt, [only])
+        # Several windows: asked at once (one round trip before the first token, not three); any that refuses
+        # has those that did not given back, and the shortest window's refusal is the answer.
+        asked = [self._pool.submit(self._take, digest, w, limits, prompt + completion, style) for w in found]
         held: list[Held] = []
-        try:
-            for window in windows(limits, now):
-                held.append(self._take(digest, window, limits, prompt + completion, style))
-        except BaseException:
+        failure: BaseException | None = None
+        for future in asked:
+            try:
+                held.append(future.result())
+            except BaseException as exc:
+                failure = failure or exc
+        if failure is not None:
             self._give_back(held)
-            raise
+            raise failure
         return Reservation(request_id, limits, prompt, held)
+
+    @property
+    def _pool(self) -> Any:
+        if self._threads is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._threads = ThreadPoolExecutor(max_workers=3, thread_name_prefix="quotas")
+        return self._threads
 
     def _take(self, digest: str, window: Window, limits: Limits, tokens: int, style: str) -> Held:
         token_limit = limits.get(_TOKEN_LIMIT[window.name])
