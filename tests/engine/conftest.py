@@ -48,10 +48,9 @@ def front(engine: VllmEngine) -> Iterator[ContainerFront]:
         yield running
 
 
-@pytest.fixture(scope="session")
-def engine_stack(front: ContainerFront, engine: VllmEngine) -> Iterator[LocalStack]:
-    """The local stack (Function URL, runtime processes) calling the front as its SageMaker endpoint."""
-    env = {
+def engine_env(front: ContainerFront, engine: VllmEngine) -> dict[str, str]:
+    """What a local stack needs to call the front as its SageMaker endpoint, with stand-in credentials."""
+    return {
         "PYTHONPATH": PYTHONPATH,
         "AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME": front.url,
         "SAGEMAKER_ENDPOINT_NAME": ENDPOINT_NAME,
@@ -66,6 +65,12 @@ def engine_stack(front: ContainerFront, engine: VllmEngine) -> Iterator[LocalSta
         "AWS_EC2_METADATA_DISABLED": "true",
         "NO_PROXY": "127.0.0.1,localhost",
     }
+
+
+@pytest.fixture(scope="session")
+def engine_stack(front: ContainerFront, engine: VllmEngine) -> Iterator[LocalStack]:
+    """The local stack (Function URL, runtime processes) calling the front as its SageMaker endpoint."""
+    env = engine_env(front, engine)
     with LocalStack(port=0, concurrency=2, max_concurrency=16, timeout_s=120.0, env=env) as stack:
         yield stack
 
