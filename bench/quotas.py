@@ -5,9 +5,9 @@ on loopback (what ``make run`` and the tests use).
 minute and a half, most of it callgrind's):
 
 - **reserve and settle** (:class:`sagestream.quotas.DynamoQuotas`, through the client it makes itself, its
-  timeouts and retries): wall time of ``reserve`` (one conditional ``UpdateItem`` per window, before the
-  upstream call: the first token waits for it) and of ``settle`` (one ``TransactWriteItems``, after the
-  response is closed), for per-minute limits only (one window) and for minute, day and month (three), the two
+  timeouts and retries): wall time of ``reserve`` (one conditional ``UpdateItem`` per window, asked at once,
+  before the upstream call: the first token waits for it) and of ``settle`` (an ``UpdateItem`` per item,
+  after the response is closed), for per-minute limits only (one window) and for minute, day and month (three), the two
   interleaved round by round; median, min and max;
 - **added time to first token**, end to end: two local stacks (the simulated endpoint, ``AUTH_MODE=api_key``,
   one execution environment each), one with ``QUOTAS`` (limits no request reaches) and one without, the same

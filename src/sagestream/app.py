@@ -233,11 +233,11 @@ class App:
     def invoke(self, call: Call, cfg: Config, parsed: Parsed, payload: bytes) -> Delta:
         return answer.invoke(self.client, call, cfg, parsed, payload, deadline=self.deadline(call))
 
-    def settle_quota(self, record: StreamRecord, job: dict[str, Any] | None) -> None:
+    def settle_quota(self, record: StreamRecord | None, job: dict[str, Any] | None) -> None:
         if self.quotas is not None:
             from sagestream import metering
 
-            metering.settle_job(self.quotas, record, job)
+            metering.settle_job(self.quotas, record or StreamRecord(), job)
 
     def deadline(self, call: Call) -> float:
         """When the answer must have ended (a :func:`time.monotonic` value): the margin before Lambda's own."""

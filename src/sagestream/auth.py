@@ -150,6 +150,7 @@ class Authenticator:
         self._local = tuple(_digest(k) for k in config.api_keys)
         self._sources: dict[Store, KeySource] = dict(sources or {})
         self._names: dict[bytes, str] = {}  # a key's digest: its name in the parameter's JSON object
+        self._checked: tuple[bytes, ...] = self._local  # the digests the last check compared against
         self.verifier: JwtVerifier | None = None
         if self.mode == "jwt":
             from sagestream.identity import JwtVerifier  # PyJWT and cryptography: this mode's init only
@@ -183,10 +184,11 @@ class Authenticator:
 
     def matched_key(self, headers: Mapping[str, str]) -> tuple[str, str | None] | None:
         """The key a request that passed :meth:`check` carries (``api_key`` mode, keys the function holds): its
-        SHA-256 in hex and its name, where the keys are named; None in other modes."""
+        SHA-256 in hex and its name, where the keys are named; None in other modes. The keys are those the check
+        read (nothing is fetched again: the check has passed, and a fetch could fail now)."""
         if self.mode != "api_key" or self.gateway_checked:
             return None
-        digests = set(self._digests())
+        digests = set(self._checked)
         for key in presented_keys(headers):
             digest = _digest(key)
             if digest in digests:
@@ -206,7 +208,8 @@ class Authenticator:
         self._names = {_digest(k): n for k, n in key_names(value).items()}
         if not keys:
             logger.error("%s holds no API keys: every request will be refused", self.parameter)
-        return self._local + tuple(_digest(k) for k in keys)
+        self._checked = self._local + tuple(_digest(k) for k in keys)
+        return self._checked
 
     def _fetch(self) -> Any:
         if self._store == "secretsmanager":

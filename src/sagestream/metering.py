@@ -53,6 +53,7 @@ def reserve(
     identity = call.identity
     who = quotas.subject(
         cfg.auth_mode,
+        issuer=cfg.jwt_issuer,
         sub=identity.sub if identity is not None else None,
         groups=identity.groups if identity is not None else (),
         key=auth.matched_key(request.headers),
@@ -85,32 +86,43 @@ def reserve(
     record.quota = "reserved"
     call.writer.extra_headers.update(held.headers(style_of(api.kind)))
     call.quota = held
-    call.after.append(lambda: settle(meter, record, held))
+    context = call.context
+    call.after.append(lambda: settle(meter, record, held, lambda: context.get_remaining_time_in_millis() / 1000))
 
 
-def settle(meter: quotas.DynamoQuotas, record: StreamRecord, held: quotas.Reservation) -> None:
+def settle(meter: quotas.DynamoQuotas, record: StreamRecord, held: quotas.Reservation, time_left: Any = None) -> None:
     """Charge the reservation what the request really used (the record's counts), unless a background run
-    has taken it over."""
+    has taken it over, or no token limit applies to the caller (then its requests are all that count)."""
     if held.handed_off or held.settled:
         return
     held.settled = True
-    _charge(meter, record, held.items, held.request_id, held.prompt_estimate)
+    if not held.counts_tokens:
+        return
+    _charge(meter, record, held.items, held.request_id, held.prompt_estimate, time_left)
 
 
 def settle_job(meter: quotas.DynamoQuotas | None, record: StreamRecord, job: dict[str, Any] | None) -> None:
     """A background run's settle, of the reservation its job carries (:meth:`quotas.Reservation.job`)."""
     if meter is not None and job:
         record.quota = "reserved"
-        _charge(meter, record, job["items"], str(job["request_id"]), int(job["estimate"]))
+        if job.get("tokens", True):
+            _charge(meter, record, job["items"], str(job["request_id"]), int(job["estimate"]))
 
 
-def _charge(meter: quotas.DynamoQuotas, record: StreamRecord, items: list[Any], request_id: str, estimate: int) -> None:
+def _charge(
+    meter: quotas.DynamoQuotas,
+    record: StreamRecord,
+    items: list[Any],
+    request_id: str,
+    estimate: int,
+    time_left: Any = None,
+) -> None:
     """Settle ``items`` to the record's usage; a settle that fails is logged with its amounts and counted,
     never raised (the client has its answer)."""
     used = quotas.tokens_used(record.prompt_tokens, record.usage_tokens, record.output_deltas, estimate)
     record.quota_tokens = used
     try:
-        attempts = meter.settle(items, request_id, used)
+        attempts = meter.settle(items, request_id, used, time_left=time_left)
     except quotas.QuotaUnavailable as exc:
         record.quota_settle_failed = True
         logger.error("%s", exc)

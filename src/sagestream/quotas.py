@@ -23,13 +23,16 @@ TTL attribute ``expires_at``. Before the upstream call a conditional ``UpdateIte
 the request's worst case (the prompt's estimate, its UTF-8 bytes / 3 rounded up, plus its ``max_tokens``;
 capped at the window's token limit, so that one large request can still run alone): DynamoDB applies it
 only if the window still has room for all of it, so requests that run at once can never together pass a
-limit, whichever environments serve them. Several windows are asked at once (threads: one round trip);
-if one refuses, what the others took is given back. After the answer's last byte one ``TransactWriteItems``
-*settles* each item to the tokens really used: the container's usage where it reported one (the function asks
-for it on every stream), else the estimate and the deltas written; a client that left is charged what was
-generated until then, and a request that generated nothing is charged nothing. The settle carries a
-``ClientRequestToken``, so its retries (3, then an error log naming the items and amounts, and the
-``QuotaSettleFailures`` metric) can never apply it twice.
+limit with their reservations, whichever environments serve them. Several windows are asked at once
+(threads: one round trip); if one refuses, what the others took is given back. Once the response is closed,
+one ``UpdateItem`` per item *settles* it to the tokens really used: the container's usage where it reported one
+(the function asks for it on every stream), else the estimate and the deltas written; a client that left is
+charged what was generated until then, and a request that generated nothing is charged nothing. A write is
+asked again (3 attempts) only when DynamoDB said it did not apply it (throttled, its own fault, a
+transaction's lock) or the connection never opened; one whose answer was lost is not repeated, so nothing
+counts twice. A settle not applied is logged with its items and amounts and counted (``QuotaSettleFailures``).
+What the reservation could not bound still counts when it settles: a prompt the estimate under-counted, a
+completion longer than ``reserve_max_tokens`` where nothing bounds it, one request larger than the window.
 
 **Refusals**: 429 in the route's own error shape, with ``Retry-After`` (and ``retry-after-ms``) until the
 window's end; a day's or month's budget spent is ``insufficient_quota`` with ``x-should-retry: false``
@@ -60,6 +63,8 @@ import datetime
 import hashlib
 import logging
 import math
+import random
+import threading
 import time
 from collections.abc import Mapping
 from typing import Annotated, Any, NamedTuple
@@ -85,11 +90,10 @@ logger = logging.getLogger(__name__)
 
 NonNegative = Annotated[int, msgspec.Meta(ge=0)]
 Limit = NonNegative | None | msgspec.UnsetType
+# What an inline image (or other medium) is estimated at: vision models take about 1-3 thousand tokens for one.
+MEDIA_TOKENS = 1600
 # The completion a request that sets no max_tokens reserves, where its model sets no MAX_TOKENS_LIMIT either.
 RESERVE_MAX_TOKENS = 4096
-# Settle attempts (each also retried once by botocore); the token makes them one write however many reach it.
-SETTLE_ATTEMPTS = 3
-SETTLE_BACKOFF_S = (0.1, 0.4)
 # How long a refusal for want of DynamoDB asks the client to wait.
 UNAVAILABLE_RETRY_S = 5
 # A window's item outlives it by this much (DynamoDB's TTL deletes it within days after).
@@ -199,35 +203,55 @@ tokens_per_day, tokens_per_month
 def subject(
     auth_mode: str,
     *,
+    issuer: str | None = None,
     sub: str | None = None,
     groups: tuple[str, ...] = (),
     key: tuple[str, str | None] | None = None,
     caller: str | None = None,
     source_ip: str | None = None,
 ) -> Subject:
-    """Who a request counts against, from what the access check learnt: a token's ``sub`` and ``groups``;
-    the ``key`` the function checked (its SHA-256 in hex, and its name); the ``caller`` the front names (the
-    IAM principal, or ``apikey:<id>`` of the key API Gateway checked); with ``AUTH_MODE=none`` the source address.
+    """Who a request counts against, from what the access check learnt: a token's ``issuer``, ``sub`` and
+    ``groups``; the ``key`` the function checked (its SHA-256 in hex, and its name); the ``caller`` the front
+    names (the IAM principal, or ``apikey:<id>`` of the key API Gateway checked); with ``AUTH_MODE=none`` the
+    source address. An assumed role counts as its role, whatever its session's name: that name is the
+    caller's to choose, and a fresh one would be a fresh quota.
 
     >>> subject("api_key", key=("9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08", "ci")).names
     ('key:ci', 'key:9f86d081884c7d65')
+    >>> subject("iam", caller="arn:aws:sts::111122223333:assumed-role/app/any-session-name").key
+    'iam:arn:aws:sts::111122223333:assumed-role/app'
     """
     if sub is not None:
-        return Subject(f"jwt:{sub}", (f"jwt:{sub}",), groups)
+        return Subject(f"jwt:{issuer or ''}:{sub}", (f"jwt:{sub}",), groups)
     if key is not None:
         fingerprint = "key:" + key[0][:16]
         return Subject(fingerprint, ((f"key:{key[1]}",) if key[1] else ()) + (fingerprint,))
     if caller:
-        name = caller if caller.startswith("apikey:") else f"iam:{caller}"
-        return Subject(name, (name,))
+        if caller.startswith("apikey:"):
+            return Subject(caller, (caller,))
+        head, sep, _session = caller.rpartition("/")
+        role = head if sep and ":assumed-role/" in caller and head.count("/") == 1 else caller
+        return Subject(f"iam:{role}", (f"iam:{role}",))
     name = f"ip:{source_ip}" if auth_mode == "none" and source_ip else "anyone"
     return Subject(name, (name,))
 
 
 def estimate_tokens(payload: bytes) -> int:
     """The prompt's tokens, estimated from the upstream body: its bytes / 3, rounded up (a tokenizer averages
-    about 4 characters a token in English, fewer in code and in other scripts); the settle corrects it."""
-    return math.ceil(len(payload) / 3)
+    about 4 characters a token in English, fewer in code and in other scripts), except that an image or other
+    medium sent inline (a base64 ``data:`` URL) is :data:`MEDIA_TOKENS`, not its bytes; the settle corrects it.
+
+    >>> estimate_tokens(b'{"text": "abcdef", "url": "data:image/png;base64,' + b"A" * 300_000 + b'"}')
+    1610
+    """
+    size, media = len(payload), 0
+    if b";base64," in payload:
+        import re
+
+        for found in re.finditer(rb"data:[\w.+/-]+;base64,[A-Za-z0-9+/=]+", payload):
+            size -= len(found.group())
+            media += 1
+    return math.ceil(size / 3) + media * MEDIA_TOKENS
 
 
 def tokens_used(prompt_reported: int | None, completion_reported: int | None, written: int, estimate: int) -> int:
@@ -298,7 +322,17 @@ class Reservation:
 
     def job(self) -> dict[str, Any]:
         """What a background run needs to settle this reservation."""
-        return {"request_id": self.request_id, "estimate": self.prompt_estimate, "items": self.items}
+        return {
+            "request_id": self.request_id,
+            "estimate": self.prompt_estimate,
+            "items": self.items,
+            "tokens": self.counts_tokens,
+        }
+
+    @property
+    def counts_tokens(self) -> bool:
+        """Whether a token limit applies (else only requests count, and nothing needs settling)."""
+        return any(self.limits.get(_TOKEN_LIMIT[h.window.name]) is not None for h in self.held)
 
     @property
     def items(self) -> list[list[Any]]:
@@ -410,26 +444,52 @@ def _used(value: int | None) -> str:
     return "unknown" if value is None else str(value)
 
 
+# DynamoDB's answers that say a write was not applied, and may be asked again: throttling, its own faults, and
+# a transaction's lock on the item (botocore retries none of these itself here: the client makes one attempt).
+_RETRYABLE = frozenset(
+    {
+        "ProvisionedThroughputExceededException",
+        "ThrottlingException",
+        "RequestLimitExceeded",
+        "InternalServerError",
+        "ServiceUnavailable",
+        "TransactionConflictException",
+    }
+)
+ATTEMPTS = 3
+BACKOFF_S = (0.02, 0.1)  # before the second and third attempts, jittered
+# A settle is not started with less than this left of the invocation (one attempt's connect and read timeouts
+# and a margin): the invocation's own log record and metrics must still be written.
+SETTLE_MIN_LEFT_S = 3.5
+
+
 class DynamoQuotas:
     """The counters, in one DynamoDB table (partition key ``pk``, a string), through one botocore client made
-    on first use with short timeouts: a quota check must not hold a request longer than the call itself."""
+    on first use with short timeouts: a quota check must not hold a request longer than the call itself.
+
+    Every write is an ``UpdateItem``, asked again (:data:`ATTEMPTS`) only when DynamoDB said it did not apply it
+    or the connection never opened: one whose answer was lost (a read timeout) may have been applied, and is
+    not repeated, so that no write counts twice. botocore's own retries are off for the same reason."""
 
     def __init__(self, table: str, policy: Policy, client: Any = None) -> None:
         self.table = table
         self.policy = policy
         self._client = client
         self._threads: Any = None  # the reservations of several windows, made at once
+        self._lock = threading.Lock()
 
     @property
     def client(self) -> Any:
         if self._client is None:
-            import botocore.config
-            import botocore.session
+            with self._lock:  # concurrent invocations (Managed Instances) make one client, not one each
+                if self._client is None:
+                    import botocore.config
+                    import botocore.session
 
-            config = botocore.config.Config(
-                connect_timeout=1, read_timeout=2, retries={"mode": "standard", "max_attempts": 2}
-            )
-            self._client = botocore.session.get_session().create_client("dynamodb", config=config)
+                    config = botocore.config.Config(
+                        connect_timeout=1, read_timeout=2, retries={"mode": "standard", "total_max_attempts": 1}
+                    )
+                    self._client = botocore.session.get_session().create_client("dynamodb", config=config)
         return self._client
 
     def reserve(
@@ -444,19 +504,27 @@ class DynamoQuotas:
     ) -> Reservation | None:
         """Reserve the worst case (``prompt``'s estimate and ``completion``, the most it may generate) and one
         request in each of the caller's windows; None when it has no limits. A window without room is its 429
-        (:func:`refusal`, its headers in ``style``), the windows reserved before it given back."""
+        (:func:`refusal`, its headers in ``style``), the windows reserved before it given back; DynamoDB not
+        answering is :class:`QuotaUnavailable`."""
         limits = self.policy.limits_for(subject)
         if not limits.any:
             return None
         now = time.time() if now is None else now
         digest = hashlib.sha256(subject.key.encode()).hexdigest()[:32]
         found = windows(limits, now)
+        tokens = prompt + completion
+        for window in found:  # a zero limit refuses before anything is written
+            if limits.get(_TOKEN_LIMIT[window.name]) == 0:
+                raise refusal(window, limits, 0, None, tokens, style)
+            if window.name == "minute" and limits.get("requests_per_minute") == 0:
+                raise refusal(window, limits, None, 0, tokens, style)
+        client = self.client  # made here, once, not by each thread below
         if len(found) == 1:
-            only = self._take(digest, found[0], limits, prompt + completion, style)
+            only = self._take(client, digest, found[0], limits, tokens, style)
             return Reservation(request_id, limits, prompt, [only])
         # Several windows: asked at once (one round trip before the first token, not three); any that refuses
         # has those that did not given back, and the shortest window's refusal is the answer.
-        asked = [self._pool.submit(self._take, digest, w, limits, prompt + completion, style) for w in found]
+        asked = [self._pool.submit(self._take, client, digest, w, limits, tokens, style) for w in found]
         held: list[Held] = []
         failure: BaseException | None = None
         for future in asked:
@@ -472,18 +540,19 @@ class DynamoQuotas:
     @property
     def _pool(self) -> Any:
         if self._threads is None:
-            from concurrent.futures import ThreadPoolExecutor
+            with self._lock:
+                if self._threads is None:
+                    from concurrent.futures import ThreadPoolExecutor
 
-            self._threads = ThreadPoolExecutor(max_workers=3, thread_name_prefix="quotas")
+                    # Three windows for each invocation running at once (Managed Instances run several).
+                    self._threads = ThreadPoolExecutor(max_workers=48, thread_name_prefix="quotas")
         return self._threads
 
-    def _take(self, digest: str, window: Window, limits: Limits, tokens: int, style: str) -> Held:
+    def _take(self, client: Any, digest: str, window: Window, limits: Limits, tokens: int, style: str) -> Held:
         token_limit = limits.get(_TOKEN_LIMIT[window.name])
         request_limit = limits.get("requests_per_minute") if window.name == "minute" else None
         if token_limit is not None:
             tokens = min(tokens, token_limit)
-        if token_limit == 0 or request_limit == 0:
-            raise refusal(window, limits, None, None, tokens, style)
         conditions, values = [], {":t": {"N": str(tokens)}, ":one": {"N": "1"}, ":exp": {"N": str(window.expires_at)}}
         if token_limit is not None:
             conditions.append("(attribute_not_exists(tokens) OR tokens <= :troom)")
@@ -492,11 +561,9 @@ class DynamoQuotas:
             conditions.append("(attribute_not_exists(requests) OR requests <= :rroom)")
             values[":rroom"] = {"N": str(request_limit - 1)}
         pk = f"{digest}#{window.name}#{window.start}"
-        import botocore.exceptions
-
         try:
-            answer = self.client.update_item(
-                TableName=self.table,
+            answer = self._write(
+                client,
                 Key={"pk": {"S": pk}},
                 UpdateExpression="ADD tokens :t, requests :one SET expires_at = :exp",
                 ConditionExpression=" AND ".join(conditions),
@@ -504,25 +571,21 @@ class DynamoQuotas:
                 ReturnValues="ALL_NEW",
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
-        except botocore.exceptions.ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
-                raise QuotaUnavailable(f"DynamoDB UpdateItem on {self.table} failed: {exc}") from exc
-            old = exc.response.get("Item") or {}
+        except _ConditionFailed as failed:
+            old = failed.item
             used_tokens, used_requests = _number(old, "tokens"), _number(old, "requests")
             if old and used_tokens is None:  # an item without counts yet: nothing used
                 used_tokens = used_requests = 0
             raise refusal(window, limits, used_tokens, used_requests, tokens, style) from None
-        except botocore.exceptions.BotoCoreError as exc:
-            raise QuotaUnavailable(f"DynamoDB UpdateItem on {self.table} failed: {exc}") from exc
         item = answer.get("Attributes") or {}
         return Held(window, pk, tokens, _number(item, "tokens") or tokens, _number(item, "requests") or 1)
 
     def _give_back(self, held: list[Held]) -> None:
-        """Undo reservations a later window refused (unconditional: an error here only over-counts)."""
+        """Undo reservations a later window refused (an error here only over-counts, and is logged)."""
         for h in held:
             try:
-                self.client.update_item(
-                    TableName=self.table,
+                self._write(
+                    self.client,
                     Key={"pk": {"S": h.pk}},
                     UpdateExpression="ADD tokens :t, requests :one",
                     ExpressionAttributeValues={":t": {"N": str(-h.tokens)}, ":one": {"N": "-1"}},
@@ -530,35 +593,70 @@ class DynamoQuotas:
             except Exception as exc:
                 logger.error("a quota reservation could not be given back (%s, %d tokens): %s", h.pk, h.tokens, exc)
 
-    def settle(self, items: list[list[Any]], request_id: str, used: int, sleep: Any = time.sleep) -> int:
-        """Settle reserved ``items`` (``[pk, reserved]``) to ``used`` tokens, in one idempotent transaction;
-        the attempts it took (retries are :data:`SETTLE_ATTEMPTS` at most); :class:`QuotaUnavailable` after them."""
+    def settle(
+        self, items: list[list[Any]], request_id: str, used: int, *, time_left: Any = None, sleep: Any = time.sleep
+    ) -> int:
+        """Settle reserved ``items`` (``[pk, reserved]``) to ``used`` tokens: one ``UpdateItem`` per item whose
+        reservation differs (plain updates: a transaction would conflict with the caller's next reservations of
+        the same items). The attempts the slowest took; :class:`QuotaUnavailable` naming what was not applied.
+        ``time_left`` (seconds, a callable): no attempt starts without :data:`SETTLE_MIN_LEFT_S` of it."""
         deltas = [(str(pk), used - int(reserved)) for pk, reserved in items if used != int(reserved)]
-        updates = [
-            {
-                "Update": {
-                    "TableName": self.table,
-                    "Key": {"pk": {"S": pk}},
-                    "UpdateExpression": "ADD tokens :d",
-                    "ExpressionAttributeValues": {":d": {"N": str(delta)}},
-                }
-            }
-            for pk, delta in deltas
-        ]
-        if not updates:
-            return 0
-        token = hashlib.sha256(f"settle:{request_id}".encode()).hexdigest()[:36]
-        for attempt in range(1, SETTLE_ATTEMPTS + 1):
+        most, missed = 0, []
+        for pk, delta in deltas:
+            if time_left is not None and time_left() < SETTLE_MIN_LEFT_S:
+                missed.append((pk, delta, "no time left in the invocation"))
+                continue
             try:
-                self.client.transact_write_items(TransactItems=updates, ClientRequestToken=token)
-                return attempt
-            except Exception as exc:
-                if attempt == SETTLE_ATTEMPTS:
-                    raise QuotaUnavailable(
-                        f"the quota settle of {request_id} failed {attempt} times ({exc}); not applied: {deltas}"
-                    ) from exc
-                sleep(SETTLE_BACKOFF_S[attempt - 1])
-        return SETTLE_ATTEMPTS  # pragma: no cover - the loop returns or raises
+                attempts = self._write(
+                    self.client,
+                    Key={"pk": {"S": pk}},
+                    UpdateExpression="ADD tokens :d",
+                    # An item gone (its window ended over an hour ago, then TTL): nothing is left to correct.
+                    ConditionExpression="attribute_exists(pk)",
+                    ExpressionAttributeValues={":d": {"N": str(delta)}},
+                    sleep=sleep,
+                    counted=True,
+                )
+                most = max(most, attempts)
+            except _ConditionFailed:
+                continue
+            except QuotaUnavailable as exc:
+                missed.append((pk, delta, str(exc)))
+        if missed:
+            raise QuotaUnavailable(f"the quota settle of {request_id} was not applied to {missed}")
+        return most
+
+    def _write(self, client: Any, *, sleep: Any = time.sleep, counted: bool = False, **args: Any) -> Any:
+        """One ``UpdateItem``, asked again when DynamoDB did not apply it; its answer (with ``counted``, the
+        attempts it took). :class:`_ConditionFailed` when its condition did not hold, :class:`QuotaUnavailable`
+        when it could not be made (or may have been, its answer lost)."""
+        import botocore.exceptions
+
+        for attempt in range(1, ATTEMPTS + 1):
+            try:
+                answer = client.update_item(TableName=self.table, **args)
+                return attempt if counted else answer
+            except botocore.exceptions.ClientError as exc:
+                code = exc.response.get("Error", {}).get("Code")
+                if code == "ConditionalCheckFailedException":
+                    raise _ConditionFailed(exc.response.get("Item") or {}) from None
+                if code not in _RETRYABLE or attempt == ATTEMPTS:
+                    raise QuotaUnavailable(f"DynamoDB UpdateItem on {self.table} failed: {exc}") from exc
+            except (botocore.exceptions.ConnectTimeoutError, botocore.exceptions.EndpointConnectionError) as exc:
+                if attempt == ATTEMPTS:  # never sent: asking again cannot count twice
+                    raise QuotaUnavailable(f"DynamoDB UpdateItem on {self.table} failed: {exc}") from exc
+            except Exception as exc:  # a lost answer (read timeout, reset) or anything else: not asked again
+                raise QuotaUnavailable(f"DynamoDB UpdateItem on {self.table} failed: {exc!r}") from exc
+            sleep(BACKOFF_S[attempt - 1] * (0.5 + random.random()))
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+
+class _ConditionFailed(Exception):
+    """An update's condition did not hold; ``item`` is the item as it was (where DynamoDB returned it)."""
+
+    def __init__(self, item: Mapping[str, Any]) -> None:
+        super().__init__("condition failed")
+        self.item = item
 
 
 def _number(item: Mapping[str, Any], name: str) -> int | None:

@@ -15,6 +15,7 @@ Example::
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
 TABLE = "sagestream-responses"
@@ -22,16 +23,50 @@ QUOTAS_TABLE = "sagestream-quotas"
 _CREDENTIALS = {"aws_access_key_id": "local", "aws_secret_access_key": "local"}  # moto checks nothing
 
 
+def _one_at_a_time(app: Any) -> Any:
+    """The WSGI ``app``, answering one request at a time.
+
+    DynamoDB applies each write to an item atomically, conditions included: that is what quotas' reservations
+    rest on (two requests racing for the last room in a window: one gets it). moto's backend does not lock: its
+    threaded server, under concurrent ``UpdateItem``s of one item, lost updates in the tests (900 counted where
+    1000 were written). Serialised, every request sees the one before it whole, as DynamoDB promises per item.
+    """
+    lock = threading.Lock()
+
+    def serialised(environ: Any, start_response: Any) -> Any:
+        with lock:
+            return list(app(environ, start_response))  # the body read inside the lock too
+
+    return serialised
+
+
 class LocalDynamoDB:
-    """moto's DynamoDB on 127.0.0.1 (a free port), and the responses table in it."""
+    """moto's DynamoDB on 127.0.0.1 (a free port), and the responses and quotas tables in it."""
 
     def __init__(self, table: str = TABLE, region: str = "us-east-1", quotas_table: str = QUOTAS_TABLE) -> None:
+        from moto.moto_server import threaded_moto_server
         from moto.server import ThreadedMotoServer
+
+        class Serialised(ThreadedMotoServer):
+            """moto's threaded server, its app answering one request at a time (:func:`_one_at_a_time`);
+            ``_server_entry`` is moto's own, with the app wrapped (moto takes no app or middleware)."""
+
+            def _server_entry(self) -> None:
+                app = threaded_moto_server.DomainDispatcherApplication(threaded_moto_server.create_backend_app)
+                self._server = threaded_moto_server.make_server(
+                    self._ip_address,
+                    self._port,
+                    _one_at_a_time(app),
+                    True,
+                    request_handler=threaded_moto_server.MotoRequestHandler,
+                )
+                self._server_ready_event.set()
+                self._server.serve_forever()
 
         self.table = table
         self.quotas_table = quotas_table
         self.region = region
-        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        self._server = Serialised(ip_address="127.0.0.1", port=0, verbose=False)
         self.url = ""
 
     def start(self) -> LocalDynamoDB:

@@ -199,27 +199,37 @@ def test_a_client_that_leaves_is_charged_what_was_generated(stack: LocalStack) -
 def test_32_callers_on_one_key_over_four_environments_never_pass_its_limit(stack: LocalStack) -> None:
     minute_has_room(seconds=20)
     results: list[int] = []
+    bodies: list[bytes] = []
     lock = threading.Lock()
     go = threading.Barrier(32)
 
     def one() -> None:
         go.wait()
-        resp = request(
-            stack.url,
-            "POST",
-            "/v1/chat/completions",
-            {"messages": ASK, "max_tokens": 4},
-            {"authorization": f"Bearer {RACER}"},
-        )
+        while True:
+            resp = request(
+                stack.url,
+                "POST",
+                "/v1/chat/completions",
+                {"messages": ASK, "max_tokens": 4},
+                {"authorization": f"Bearer {RACER}"},
+            )
+            # Lambda's own 429 when all four environments are busy (the front's "Rate Exceeded."): the caller
+            # tries again, as an SDK would; only the function's answers are counted.
+            if resp.status != 429 or b"Rate Exceeded" not in resp.body:
+                break
+            time.sleep(0.05)
         with lock:
             results.append(resp.status)
+            if resp.status != 200:
+                bodies.append(resp.body)
 
     threads = [threading.Thread(target=one) for _ in range(32)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert results.count(200) == 10 and results.count(429) == 22, results
+    assert results.count(200) == 10 and results.count(429) == 22, (results, bodies[:3])
+    assert all(json.loads(body)["error"]["code"] == "rate_limit_exceeded" for body in bodies)
 
 
 def test_a_background_response_is_counted_by_its_run(stack: LocalStack) -> None:

@@ -9,6 +9,7 @@ import hashlib
 import io
 import itertools
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -34,6 +35,14 @@ ASK = [{"role": "user", "content": "Hi"}]
 def db() -> Iterator[LocalDynamoDB]:
     with LocalDynamoDB() as local:
         yield local
+
+
+@pytest.fixture(autouse=True)
+def _within_one_minute() -> None:
+    """A test's requests and its reading of their counts fall in one minute's item."""
+    left = 60 - time.time() % 60
+    if left < 5:
+        time.sleep(left + 0.1)
 
 
 def fingerprint(key: str) -> str:
@@ -71,8 +80,6 @@ def log_of(out: io.StringIO) -> dict[str, Any]:
 
 
 def minute_tokens(db: LocalDynamoDB, key: str = KEY) -> int:
-    import time
-
     digest = hashlib.sha256(fingerprint(key).encode()).hexdigest()[:32]
     pk = f"{digest}#minute#{int(time.time() // 60)}"
     item = db.client().get_item(TableName=db.quotas_table, Key={"pk": {"S": pk}}, ConsistentRead=True)
@@ -184,8 +191,8 @@ def test_dynamodb_out_of_reach_is_closed_or_open_never_a_500(
         assert len(upstream.calls) == 1 and "x-ratelimit-limit-tokens" not in answer.headers
 
 
-class NoTransactions:
-    """DynamoDB that reserves but cannot settle."""
+class NoSettles:
+    """DynamoDB that reserves but whose settles' answers are lost."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
@@ -193,21 +200,31 @@ class NoTransactions:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
-    def transact_write_items(self, **args: Any) -> Any:
-        raise ConnectionError("reset")
+    def update_item(self, **args: Any) -> Any:
+        if ":d" in args["ExpressionAttributeValues"]:
+            raise ConnectionResetError("reset")
+        return self.inner.update_item(**args)
 
 
 def test_a_settle_that_fails_is_logged_and_counted_and_the_answer_stands(
     db: LocalDynamoDB, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(quotas, "SETTLE_BACKOFF_S", (0.0, 0.0))
-    the_app, _upstream, out = make(db, monkeypatch, "tokens_per_minute=100000000", client=NoTransactions(db.client()))
+    the_app, _upstream, out = make(db, monkeypatch, "tokens_per_minute=100000000", client=NoSettles(db.client()))
     answer = run(the_app, "POST", CHAT, {"messages": ASK, "stream": True}, AUTH)
     assert answer.status == 200 and answer.data_events()[-1] == "[DONE]"
     text = out.getvalue()
     record = log_of(out)
     assert record["quota_settle_failed"] is True
     assert '"QuotaSettleFailures":[1.0]' in text and "not applied" in text
+
+
+def test_requests_alone_need_no_settle(db: LocalDynamoDB, monkeypatch: pytest.MonkeyPatch) -> None:
+    the_app, _upstream, out = make(db, monkeypatch, "requests_per_minute=1000")
+    answer = run(the_app, "POST", CHAT, {"messages": ASK, "stream": True}, AUTH)
+    assert answer.status == 200 and answer.headers["x-ratelimit-limit-requests"] == "1000"
+    assert "x-ratelimit-limit-tokens" not in answer.headers
+    record = log_of(out)
+    assert record["quota"] == "reserved" and "quota_tokens" not in record, "no token limit: nothing to settle"
 
 
 def test_a_named_key_is_matched_by_its_name() -> None:

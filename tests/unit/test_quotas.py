@@ -91,10 +91,18 @@ def test_a_caller_takes_its_own_limits_then_its_group_then_the_default() -> None
 
 def test_who_a_request_counts_against() -> None:
     digest = "ab" * 32
-    assert quotas.subject("jwt", sub="u1", groups=("pro",)) == Subject("jwt:u1", ("jwt:u1",), ("pro",))
+    assert quotas.subject("jwt", issuer="https://id", sub="u1", groups=("pro",)) == Subject(
+        "jwt:https://id:u1", ("jwt:u1",), ("pro",)
+    )
     assert quotas.subject("api_key", key=(digest, None)).names == ("key:" + digest[:16],)
     assert quotas.subject("api_key", caller="apikey:k9").key == "apikey:k9"
     assert quotas.subject("iam", caller="arn:aws:iam::1:user/x").key == "iam:arn:aws:iam::1:user/x"
+    role = "arn:aws:sts::1:assumed-role/app"
+    assert quotas.subject("iam", caller=role + "/session-a") == quotas.subject("iam", caller=role + "/session-b")
+    assert (
+        quotas.subject("jwt", issuer="https://a", sub="u1").key
+        != quotas.subject("jwt", issuer="https://b", sub="u1").key
+    )
     assert quotas.subject("none", source_ip="203.0.113.9").key == "ip:203.0.113.9"
     assert quotas.subject("iam").key == "anyone"
 
@@ -117,6 +125,8 @@ def test_what_a_request_is_charged() -> None:
     assert quotas.tokens_used(None, None, 3, 99) == 102
     assert quotas.tokens_used(None, None, 0, 99) == 0, "nothing generated, nothing charged"
     assert quotas.estimate_tokens(b"x" * 10) == 4
+    image = b'"url": "data:image/jpeg;base64,' + b"/9j/" * 250_000 + b'"'
+    assert quotas.estimate_tokens(b'{"text": "hi", ' + image + b"}") == 9 + quotas.MEDIA_TOKENS, "not a million bytes"
 
 
 # --- reserving and settling against DynamoDB ------------------------------------------------------------------
@@ -237,48 +247,138 @@ def test_32_callers_on_one_key_never_pass_the_limit_together(db: LocalDynamoDB) 
 
 
 class Flaky:
-    """A client whose first ``failures`` transactions fail before reaching DynamoDB; it keeps each call's token."""
+    """A client whose ``update_item`` fails with ``errors`` first (each an exception, or a DynamoDB error code),
+    before they reach DynamoDB; it keeps what each call asked."""
 
-    def __init__(self, inner: Any, failures: int) -> None:
-        self.inner, self.failures = inner, failures
-        self.tokens: list[str] = []
+    def __init__(self, inner: Any, errors: list[Any]) -> None:
+        self.inner, self.errors = inner, list(errors)
+        self.asked: list[dict[str, Any]] = []
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
-    def transact_write_items(self, **args: Any) -> Any:
-        self.tokens.append(args["ClientRequestToken"])
-        if len(self.tokens) <= self.failures:
-            raise ConnectionError("the connection was reset")
-        return self.inner.transact_write_items(**args)
+    def update_item(self, **args: Any) -> Any:
+        import botocore.exceptions
+
+        self.asked.append(args)
+        if self.errors:
+            error = self.errors.pop(0)
+            if isinstance(error, str):
+                raise botocore.exceptions.ClientError({"Error": {"Code": error, "Message": error}}, "UpdateItem")
+            raise error
+        return self.inner.update_item(**args)
 
 
-def test_a_failed_settle_is_retried_as_one_idempotent_write(db: LocalDynamoDB) -> None:
+def settle_args(flaky: Flaky) -> list[str]:
+    return [a["ExpressionAttributeValues"][":d"]["N"] for a in flaky.asked if ":d" in a["ExpressionAttributeValues"]]
+
+
+def test_a_settle_is_asked_again_only_when_dynamodb_did_not_apply_it(db: LocalDynamoDB) -> None:
+    import botocore.exceptions
+
     m = meter(db, "tokens_per_minute=1000")
     held = m.reserve(someone(), 0, 500, "req-retried", now=NOON)
     assert held is not None
-    flaky = Flaky(db.client(), failures=1)
+    not_sent = botocore.exceptions.EndpointConnectionError(endpoint_url="http://127.0.0.1:9")
+    flaky = Flaky(db.client(), ["ThrottlingException", not_sent])
     slept: list[float] = []
     attempts = DynamoQuotas(db.quotas_table, m.policy, flaky).settle(held.items, "req-retried", 20, sleep=slept.append)
-    assert attempts == 2 and slept == [quotas.SETTLE_BACKOFF_S[0]]
-    assert counts(db, held.held[0].pk) == (20, 1)
-    # Every attempt carries the same ClientRequestToken: DynamoDB applies a transaction once per token (for ten
-    # minutes), so a retry after an answer lost on the way back cannot charge twice. (moto does not keep tokens:
-    # that half is DynamoDB's documented behaviour, not something this server can show.)
-    assert len(set(flaky.tokens)) == 1 and len(flaky.tokens[0]) <= 36
-    other = Flaky(db.client(), failures=0)
-    DynamoQuotas(db.quotas_table, m.policy, other).settle(held.items, "req-other", 30)
-    assert other.tokens[0] != flaky.tokens[0], "another request's settle is another write"
+    assert attempts == 3 and len(slept) == 2 and settle_args(flaky) == ["-480"] * 3
+    assert counts(db, held.held[0].pk) == (20, 1), "applied once"
 
 
-def test_a_settle_that_keeps_failing_says_what_it_did_not_apply(db: LocalDynamoDB) -> None:
+def test_a_settle_whose_answer_was_lost_is_not_repeated_and_says_what_it_did_not_apply(db: LocalDynamoDB) -> None:
+    import botocore.exceptions
+
     m = meter(db, "tokens_per_minute=1000")
     held = m.reserve(someone(), 0, 500, "req-lost", now=NOON)
     assert held is not None
-    flaky = Flaky(db.client(), failures=99)
-    with pytest.raises(QuotaUnavailable, match=r"failed 3 times.*-480"):
+    lost = botocore.exceptions.ReadTimeoutError(endpoint_url="http://127.0.0.1:9")
+    flaky = Flaky(db.client(), [lost])
+    with pytest.raises(QuotaUnavailable, match=r"req-lost was not applied to \[\('[0-9a-f]+#minute#\d+', -480"):
         DynamoQuotas(db.quotas_table, m.policy, flaky).settle(held.items, "req-lost", 20, sleep=lambda s: None)
-    assert len(flaky.tokens) == quotas.SETTLE_ATTEMPTS
+    assert len(flaky.asked) == 1, "it may have been applied: asking again could count it twice"
+
+
+def test_a_settle_starts_no_write_it_has_no_time_for(db: LocalDynamoDB) -> None:
+    m = meter(db, "tokens_per_minute=1000")
+    held = m.reserve(someone(), 0, 500, "req-late", now=NOON)
+    assert held is not None
+    flaky = Flaky(db.client(), [])
+    with pytest.raises(QuotaUnavailable, match="no time left"):
+        DynamoQuotas(db.quotas_table, m.policy, flaky).settle(held.items, "req-late", 20, time_left=lambda: 1.0)
+    assert flaky.asked == [] and counts(db, held.held[0].pk) == (500, 1)
+
+
+def test_a_settle_after_its_window_is_gone_writes_nothing(db: LocalDynamoDB) -> None:
+    m = meter(db, "tokens_per_minute=1000")
+    held = m.reserve(someone(), 0, 500, "req-old", now=NOON)
+    assert held is not None
+    db.client().delete_item(TableName=db.quotas_table, Key={"pk": {"S": held.held[0].pk}})  # as TTL deletes it
+    assert m.settle(held.items, "req-old", 20) == 0
+    assert "Item" not in db.client().get_item(TableName=db.quotas_table, Key={"pk": {"S": held.held[0].pk}})
+
+
+def test_a_reservation_that_meets_a_transactions_lock_is_asked_again(db: LocalDynamoDB) -> None:
+    m = meter(db, "tokens_per_minute=1000")
+    flaky = Flaky(db.client(), ["TransactionConflictException"])
+    held = DynamoQuotas(db.quotas_table, m.policy, flaky).reserve(someone(), 0, 100, "r", now=NOON)
+    assert held is not None and len(flaky.asked) == 2 and counts(db, held.held[0].pk) == (100, 1)
+
+
+def test_a_reservation_whose_answer_was_lost_is_unavailable_not_repeated(db: LocalDynamoDB) -> None:
+    import botocore.exceptions
+
+    flaky = Flaky(db.client(), [botocore.exceptions.ReadTimeoutError(endpoint_url="x"), ValueError("odd")])
+    quota = DynamoQuotas(db.quotas_table, parse_policy("tokens_per_minute=1000"), flaky)
+    with pytest.raises(QuotaUnavailable):
+        quota.reserve(someone(), 0, 100, "r", now=NOON)
+    with pytest.raises(QuotaUnavailable, match="odd"):  # anything unforeseen is unavailable too, never a 500
+        quota.reserve(someone(), 0, 100, "r", now=NOON)
+    assert len(flaky.asked) == 2
+
+
+def test_a_zero_budget_refuses_before_any_window_is_written(db: LocalDynamoDB) -> None:
+    flaky = Flaky(db.client(), [])
+    quota = DynamoQuotas(db.quotas_table, parse_policy("tokens_per_minute=1000 tokens_per_day=0"), flaky)
+    with pytest.raises(APIError) as refused:
+        quota.reserve(someone(), 1, 1, "r", now=NOON)
+    assert refused.value.code == "insufficient_quota" and flaky.asked == []
+    rpm = DynamoQuotas(db.quotas_table, parse_policy("tokens_per_minute=1000 requests_per_minute=0"), flaky)
+    with pytest.raises(APIError) as by_requests:
+        rpm.reserve(someone(), 1, 1, "r", now=NOON)
+    assert by_requests.value.type == "requests" and "requests per minute (RPM): Limit 0" in by_requests.value.message
+
+
+def test_32_callers_over_three_windows_never_pass_the_day(db: LocalDynamoDB) -> None:
+    m = meter(db, "tokens_per_minute=100000 tokens_per_day=1000 tokens_per_month=100000")
+    who = someone()
+    go = threading.Barrier(32)
+    outcomes: list[str] = []
+    lock = threading.Lock()
+
+    def one(n: int) -> None:
+        mine = DynamoQuotas(db.quotas_table, m.policy, db.client())
+        go.wait()
+        try:
+            mine.reserve(who, 50, 50, f"r{n}", now=NOON)
+            result = "held"
+        except APIError as err:
+            result = err.code or ""
+        with lock:
+            outcomes.append(result)
+
+    threads = [threading.Thread(target=one, args=(n,)) for n in range(32)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert outcomes.count("held") == 10 and outcomes.count("insufficient_quota") == 22
+    digest = __import__("hashlib").sha256(who.key.encode()).hexdigest()[:32]
+    minute, day, month = windows(m.policy.default, NOON)
+    # The day refused 22; what their minute and month took was given back: every window holds the 10's 1000.
+    for window in (minute, day, month):
+        assert counts(db, f"{digest}#{window.name}#{window.start}") == (1000, 10)
 
 
 def test_dynamodb_unreachable_is_unavailable_not_a_refusal() -> None:

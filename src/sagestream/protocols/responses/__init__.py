@@ -160,10 +160,10 @@ def stored_response(app: App, call: Any) -> None:
             f"{call.request.method} {call.request.path} has nothing to find; only POST /v1/responses is served.",
             code="response_not_found",
         )
-    _by_id(call, app.config, app.owner(call), deadline=app.deadline(call))
+    _by_id(app, call, app.config, app.owner(call), deadline=app.deadline(call))
 
 
-def _by_id(call: Any, config: Config, caller: str, *, deadline: float) -> None:
+def _by_id(app: App, call: Any, config: Config, caller: str, *, deadline: float) -> None:
     """``GET`` / ``DELETE /v1/responses/{id}``, ``GET /v1/responses/{id}/input_items`` and ``POST
     /v1/responses/{id}/cancel`` for ``caller``: its own response (another caller's id is a 404 as an unknown one
     is). A response still running (or cancelled, or failed) is shown by its run's state; ``?stream=true``
@@ -185,7 +185,7 @@ def _by_id(call: Any, config: Config, caller: str, *, deadline: float) -> None:
     call.writer.head = method == "HEAD"
     if tail == "cancel" or (tail == "" and method != "DELETE" and call.request.query.get("stream") == "true"):
         if tail == "cancel":
-            background.cancel(call, config, caller, response_id)
+            background.cancel(app, call, config, caller, response_id)
         else:
             background.replay(call, config, caller, response_id, deadline)
         return
@@ -193,6 +193,7 @@ def _by_id(call: Any, config: Config, caller: str, *, deadline: float) -> None:
     assert store is not None
     try:
         if method == "DELETE":
+            background.dequeue(app, background.runs_for(config), response_id, owner)  # a queued one never runs
             deleted = store.delete(response_id, owner)
             if config.responses_resumable_streams or not deleted:  # its run's items too: its events hold its text
                 deleted = background.runs_for(config).delete(response_id, owner) or deleted

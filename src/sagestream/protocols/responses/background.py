@@ -247,11 +247,12 @@ def _follow(
 # --- POST /v1/responses/{id}/cancel ------------------------------------------------------------------------
 
 
-def cancel(call: Any, cfg: Config, caller: str, response_id: str) -> None:
+def cancel(app: Any, call: Any, cfg: Config, caller: str, response_id: str) -> None:
     """Cancel a background response (idempotent: a cancelled one is answered again as it is); a 400 for one
     that was not made in the background or has ended, as OpenAI answers them."""
     runs, owner = runs_for(cfg), owner_of(caller)
     try:
+        dequeue(app, runs, response_id, owner)  # one still queued never runs: its quota is given back here
         state = runs.cancel(response_id, owner)
         kept = state is None and stored.store_for(cfg).get(response_id, owner) is not None  # type: ignore[union-attr]
     except StoreError as exc:
@@ -263,6 +264,16 @@ def cancel(call: Any, cfg: Config, caller: str, response_id: str) -> None:
     if state.status != "cancelled":
         raise APIError.invalid_request(f"Cannot cancel a {state.status} response.")
     call.writer.json(state.response)
+
+
+def dequeue(app: Any, runs: Runs, response_id: str, owner: str) -> None:
+    """Take ``owner``'s background response out of the queue if it is still there (a cancel, a delete): the run
+    will never claim it, so the caller's quota reservation is given back here, once (the request still counts)."""
+    if not runs.dequeue(response_id, owner):
+        return
+    found = runs.job(response_id)
+    if found is not None:
+        app.settle_quota(None, found[1].get("quota"))
 
 
 def status(cfg: Config, caller: str, response_id: str) -> dict[str, Any] | None:

@@ -270,6 +270,21 @@ class Runs:
             )
         return self.state(response_id, owner)
 
+    def dequeue(self, response_id: str, owner: str) -> bool:
+        """Cancel ``owner``'s background run that has not started: True for the one request that took it out
+        of ``queued`` (the run will not claim it, so nothing else will: what it held is the caller's to give back)."""
+        try:
+            self._update(
+                response_id,
+                ("queued",),
+                {"status": {"S": "cancelled"}, "cancel_requested": {"BOOL": True}},
+                also=" AND #owner = :owner AND #background = :true",
+                values={":owner": {"S": owner}, ":true": {"BOOL": True}},
+            )
+        except Conflict:
+            return False
+        return True
+
     def cancelled(self, response_id: str) -> bool:
         """Whether the run was asked to stop (a strongly consistent read of its state)."""
         item = self._call("get_item", Key=_key(response_id, "state"), ConsistentRead=True).get("Item") or {}
