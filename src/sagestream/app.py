@@ -205,7 +205,9 @@ class App:
         call.ids = self.upstream_ids(call, cfg, getattr(req, "prompt_cache_key", None))
         # A background response streams, whatever the request says (its run's body is this one).
         streamed = stream or parsed.instead is not None
-        payload = self.upstream_payload(call, cfg, parsed, stream=streamed, max_tokens_default=cfg.max_tokens_limit)
+        payload = call.payload = self.upstream_payload(
+            call, cfg, parsed, stream=streamed, max_tokens_default=cfg.max_tokens_limit
+        )
         if self.quotas is not None:  # before anything is answered: a refusal is still a status
             from sagestream import metering
 

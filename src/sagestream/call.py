@@ -4,7 +4,7 @@ invocation's log record, and what the walk learns on the way (the encoder, the u
 Example::
 
     >>> Call.__struct_fields__
-    ('request', 'writer', 'context', 'record', 'encoder', 'ids', 'identity', 'quota', 'after')
+    ('request', 'writer', 'context', 'record', 'encoder', 'ids', 'identity', 'payload', 'quota', 'after')
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ class Call(msgspec.Struct, forbid_unknown_fields=True):
     encoder: StreamEncoder | None = None  # a streamed answer's, once it is made: it writes errors after the start
     ids: UpstreamIds | None = None  # what the upstream calls carry besides the body; set by the completion routes
     identity: Identity | None = None  # the caller's verified sign-in, with AUTH_MODE=jwt
+    payload: bytes | None = None  # the upstream body, once made (a background run's job keeps it)
     quota: Reservation | None = None  # what the request holds of its caller's quota (sagestream.metering)
     # What runs once the response is closed (the quota's settle): the client has its whole answer by then.
     after: list[Callable[[], None]] = msgspec.field(default_factory=list)

@@ -135,8 +135,9 @@ def start(
     headers: Mapping[str, str],
 ) -> None:
     """Queue the run and start it; answer the ``queued`` response, or with ``stream`` follow the run's events."""
-    # The run streams, whether or not this request does (a dialect's refusal is this request's 400).
-    payload = app.upstream_payload(call, cfg, parsed, stream=True, max_tokens_default=cfg.max_tokens_limit)
+    # The run streams, whether or not this request does: the app made its upstream body so (a dialect's
+    # refusal is this request's 400).
+    payload: bytes = call.payload
     call.record.inference_id = call.ids.inference_id if call.ids is not None else None
     runs = runs_for(cfg)
     response_id, created_at = new_id("resp_"), int(time.time())
