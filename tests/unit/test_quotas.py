@@ -6,6 +6,7 @@ how much is used and when it resets, with the headers the SDKs read."""
 from __future__ import annotations
 
 import datetime
+import hashlib
 import threading
 import uuid
 from collections.abc import Iterator
@@ -39,6 +40,37 @@ def someone() -> Subject:
 def counts(db: LocalDynamoDB, pk: str) -> tuple[int, int]:
     item = db.client().get_item(TableName=db.quotas_table, Key={"pk": {"S": pk}}, ConsistentRead=True)["Item"]
     return int(item["tokens"]["N"]), int(item["requests"]["N"])
+
+
+def race(db: LocalDynamoDB, policy: Policy, who: Subject, callers: int = 32) -> list[str]:
+    """``callers`` threads, each with a client of its own (environments share nothing), reserving 50 + 50 for
+    ``who`` at the same moment: what each got, ``held`` or the refusal's ``code:type``."""
+    go = threading.Barrier(callers)
+    outcomes: list[str] = []
+    lock = threading.Lock()
+
+    def one(n: int) -> None:
+        mine = DynamoQuotas(db.quotas_table, policy, db.client())
+        go.wait()
+        try:
+            mine.reserve(who, 50, 50, f"r{n}", now=NOON)
+            result = "held"
+        except APIError as err:
+            result = f"{err.code}:{err.type}"
+        with lock:
+            outcomes.append(result)
+
+    threads = [threading.Thread(target=one, args=(n,)) for n in range(callers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return outcomes
+
+
+def item_key(who: Subject, window: quotas.Window) -> str:
+    """The table's key of ``who``'s item for ``window``: a digest of the caller, never its name."""
+    return f"{hashlib.sha256(who.key.encode()).hexdigest()[:32]}#{window.name}#{window.start}"
 
 
 # --- the policy ---------------------------------------------------------------------------------------------
@@ -200,9 +232,7 @@ def test_a_spent_budget_says_so_and_that_retrying_will_not_help(db: LocalDynamoD
     assert err.headers["x-should-retry"] == "false" and int(err.headers["retry-after"]) == 12 * 3600 - 30
     assert "Limit 500, Used 400, Requested 200" in err.message
     # The minute reserved before the day refused was given back: 400 held in it, not 600.
-    minute = next(w for w in windows(Limits(tokens_per_minute=1), NOON))
-    digest = __import__("hashlib").sha256(who.key.encode()).hexdigest()[:32]
-    assert counts(db, f"{digest}#minute#{minute.start}") == (400, 1)
+    assert counts(db, item_key(who, windows(Limits(tokens_per_minute=1), NOON)[0])) == (400, 1)
 
 
 def test_a_zero_limit_refuses_without_asking_dynamodb() -> None:
@@ -220,30 +250,9 @@ def test_a_caller_without_limits_reserves_nothing() -> None:
 def test_32_callers_on_one_key_never_pass_the_limit_together(db: LocalDynamoDB) -> None:
     m = meter(db, "tokens_per_minute=1000 requests_per_minute=1000")
     who = someone()
-    start = threading.Barrier(32)
-    outcomes: list[str] = []
-    lock = threading.Lock()
-
-    def one(n: int) -> None:
-        mine = DynamoQuotas(db.quotas_table, m.policy, db.client())  # a client each: environments share nothing
-        start.wait()
-        try:
-            mine.reserve(who, 50, 50, f"r{n}", now=NOON)
-            result = "held"
-        except APIError as err:
-            result = err.type
-        with lock:
-            outcomes.append(result)
-
-    threads = [threading.Thread(target=one, args=(n,)) for n in range(32)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert outcomes.count("held") == 10 and outcomes.count("tokens") == 22
-    minute = windows(Limits(tokens_per_minute=1), NOON)[0]
-    digest = __import__("hashlib").sha256(who.key.encode()).hexdigest()[:32]
-    assert counts(db, f"{digest}#minute#{minute.start}") == (1000, 10)
+    outcomes = race(db, m.policy, who)
+    assert outcomes.count("held") == 10 and outcomes.count("rate_limit_exceeded:tokens") == 22
+    assert counts(db, item_key(who, windows(Limits(tokens_per_minute=1), NOON)[0])) == (1000, 10)
 
 
 class Flaky:
@@ -353,32 +362,11 @@ def test_a_zero_budget_refuses_before_any_window_is_written(db: LocalDynamoDB) -
 def test_32_callers_over_three_windows_never_pass_the_day(db: LocalDynamoDB) -> None:
     m = meter(db, "tokens_per_minute=100000 tokens_per_day=1000 tokens_per_month=100000")
     who = someone()
-    go = threading.Barrier(32)
-    outcomes: list[str] = []
-    lock = threading.Lock()
-
-    def one(n: int) -> None:
-        mine = DynamoQuotas(db.quotas_table, m.policy, db.client())
-        go.wait()
-        try:
-            mine.reserve(who, 50, 50, f"r{n}", now=NOON)
-            result = "held"
-        except APIError as err:
-            result = err.code or ""
-        with lock:
-            outcomes.append(result)
-
-    threads = [threading.Thread(target=one, args=(n,)) for n in range(32)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert outcomes.count("held") == 10 and outcomes.count("insufficient_quota") == 22
-    digest = __import__("hashlib").sha256(who.key.encode()).hexdigest()[:32]
-    minute, day, month = windows(m.policy.default, NOON)
+    outcomes = race(db, m.policy, who)
+    assert outcomes.count("held") == 10 and outcomes.count("insufficient_quota:insufficient_quota") == 22
     # The day refused 22; what their minute and month took was given back: every window holds the 10's 1000.
-    for window in (minute, day, month):
-        assert counts(db, f"{digest}#{window.name}#{window.start}") == (1000, 10)
+    for window in windows(m.policy.default, NOON):
+        assert counts(db, item_key(who, window)) == (1000, 10)
 
 
 def test_dynamodb_unreachable_is_unavailable_not_a_refusal() -> None:
