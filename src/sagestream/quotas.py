@@ -562,7 +562,7 @@ class DynamoQuotas:
             values[":rroom"] = {"N": str(request_limit - 1)}
         pk = f"{digest}#{window.name}#{window.start}"
         try:
-            answer = self._write(
+            answer, _ = self._write(
                 client,
                 Key={"pk": {"S": pk}},
                 UpdateExpression="ADD tokens :t, requests :one SET expires_at = :exp",
@@ -607,7 +607,7 @@ class DynamoQuotas:
                 missed.append((pk, delta, "no time left in the invocation"))
                 continue
             try:
-                attempts = self._write(
+                _, attempts = self._write(
                     self.client,
                     Key={"pk": {"S": pk}},
                     UpdateExpression="ADD tokens :d",
@@ -615,7 +615,6 @@ class DynamoQuotas:
                     ConditionExpression="attribute_exists(pk)",
                     ExpressionAttributeValues={":d": {"N": str(delta)}},
                     sleep=sleep,
-                    counted=True,
                 )
                 most = max(most, attempts)
             except _ConditionFailed:
@@ -626,16 +625,15 @@ class DynamoQuotas:
             raise QuotaUnavailable(f"the quota settle of {request_id} was not applied to {missed}")
         return most
 
-    def _write(self, client: Any, *, sleep: Any = time.sleep, counted: bool = False, **args: Any) -> Any:
-        """One ``UpdateItem``, asked again when DynamoDB did not apply it; its answer (with ``counted``, the
-        attempts it took). :class:`_ConditionFailed` when its condition did not hold, :class:`QuotaUnavailable`
-        when it could not be made (or may have been, its answer lost)."""
+    def _write(self, client: Any, *, sleep: Any = time.sleep, **args: Any) -> tuple[Any, int]:
+        """One ``UpdateItem``, asked again when DynamoDB did not apply it; its answer and the attempts it took.
+        :class:`_ConditionFailed` when its condition did not hold, :class:`QuotaUnavailable` when it could not
+        be made (or may have been, its answer lost)."""
         import botocore.exceptions
 
         for attempt in range(1, ATTEMPTS + 1):
             try:
-                answer = client.update_item(TableName=self.table, **args)
-                return attempt if counted else answer
+                return client.update_item(TableName=self.table, **args), attempt
             except botocore.exceptions.ClientError as exc:
                 code = exc.response.get("Error", {}).get("Code")
                 if code == "ConditionalCheckFailedException":
