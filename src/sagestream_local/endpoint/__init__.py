@@ -39,7 +39,7 @@ Example::
     ...         EndpointName="llm", ContentType="application/json",
     ...         Body=b'{"inputs": "Hello there", "stream": true}')
     ...     body = b"".join(e["PayloadPart"]["Bytes"] for e in resp["Body"])
-    ...     sim.records[-1].outcome
+    ...     sim.wait_for_record(lambda r: r.outcome != "streaming").outcome  # noted just after the last byte
     'completed'
     >>> body.startswith(b'data:{"index":1,"token":')
     True
