@@ -231,7 +231,7 @@ def test_a_spent_budget_says_so_and_that_retrying_will_not_help(db: LocalDynamoD
     assert (err.status, err.type, err.code) == (429, "insufficient_quota", "insufficient_quota")
     assert err.headers["x-should-retry"] == "false" and int(err.headers["retry-after"]) == 12 * 3600 - 30
     assert "Limit 500, Used 400, Requested 200" in err.message
-    # The minute reserved before the day refused was given back: 400 held in it, not 600.
+    # The minute, reserved at the same time as the day refused, was given back: 400 held in it, not 600.
     assert counts(db, item_key(who, windows(Limits(tokens_per_minute=1), NOON)[0])) == (400, 1)
 
 
