@@ -175,6 +175,28 @@ RUNTIME_DEPS = $(shell $(PYTHON) -c 'import tomllib; print(" ".join(tomllib.load
 # lambda (a background response's asynchronous invocation, sagestream.protocols.responses.background). tests/deploy
 # fails if src/sagestream names another.
 BOTOCORE_SERVICES = sagemaker-runtime ssm secretsmanager sts dynamodb lambda
+# botocore's endpoints.json (1.25 MB: every service's endpoints in every partition) is parsed whole by the
+# first create_client, about 16 ms of a cold start's CPU. The artifact keeps it in botocore's own data folder,
+# so botocore still treats it as its built-in data (from any other search path it would feed its legacy
+# endpoint to the rule sets), with every partition's own fields and the services above only, found by their
+# endpointPrefix through botocore's loader. tests/deploy/test_artifact.py resolves every region of every
+# partition through both files and finds the same endpoints.
+define BOTOCORE_ENDPOINTS
+import json, sys
+import botocore.loaders
+builtin = botocore.loaders.Loader.BUILTIN_DATA_PATH
+loader = botocore.loaders.Loader(extra_search_paths=[builtin], include_default_search_paths=False)
+prefixes = {loader.load_service_model(name, "service-2")["metadata"]["endpointPrefix"] for name in sys.argv[1:]}
+endpoints, path = loader.load_data_with_path("endpoints")
+assert loader.is_builtin_path(path), path
+for partition in endpoints["partitions"]:
+    partition["services"] = {k: v for k, v in partition["services"].items() if k in prefixes}
+missing = prefixes - set(endpoints["partitions"][0]["services"])
+assert not missing, f"endpoints.json has no {sorted(missing)}: has its format changed?"
+with open(path + ".json", "w") as f:
+    json.dump(endpoints, f, separators=(",", ":"))
+endef
+export BOTOCORE_ENDPOINTS
 
 build-SageStreamFunction:
 	@test -n "$(ARTIFACTS_DIR)" || { echo "ARTIFACTS_DIR is unset: this target is run by sam build" >&2; exit 1; }
@@ -188,5 +210,6 @@ build-SageStreamFunction:
 	install -m 755 src/sagestream-bootstrap "$(ARTIFACTS_DIR)/sagestream-bootstrap"
 	find "$(ARTIFACTS_DIR)/botocore/data" -mindepth 1 -maxdepth 1 -type d \
 		$(foreach service,$(BOTOCORE_SERVICES),! -name $(service)) -exec rm -rf {} +
+	PYTHONPATH="$(ARTIFACTS_DIR)" $(LAMBDA_PYTHON) -S -B -c "$$BOTOCORE_ENDPOINTS" $(BOTOCORE_SERVICES)
 	find "$(ARTIFACTS_DIR)" -name __pycache__ -type d -prune -exec rm -rf {} +
 	$(LAMBDA_PYTHON) -m compileall -q -j 0 --invalidation-mode unchecked-hash "$(ARTIFACTS_DIR)"

@@ -21,6 +21,7 @@ import zipfile
 from collections.abc import Iterator
 from importlib.util import cache_from_source
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -163,6 +164,49 @@ def test_every_aws_service_the_function_calls_keeps_its_botocore_model(artifact:
     assert "sagemaker-runtime" in services
     kept = {p.name for p in (artifact / "botocore" / "data").iterdir() if p.is_dir()}
     assert services <= kept, f"add {sorted(services - kept)} to BOTOCORE_SERVICES in the Makefile"
+
+
+def _resolved(resolver: Any, prefix: str, region: str, fips: bool, dualstack: bool) -> object:
+    """What botocore's endpoint resolver answers for one service, region and variant (a refusal included)."""
+    try:
+        return resolver.construct_endpoint(prefix, region, use_fips_endpoint=fips, use_dualstack_endpoint=dualstack)
+    except Exception as exc:  # e.g. no dual-stack in an isolated partition: the same refusal is expected
+        return type(exc).__name__
+
+
+def test_the_artifact_keeps_botocores_endpoints_for_the_services_it_ships(artifact: Path) -> None:
+    # The build trims botocore's endpoints.json (parsed whole by the first client) to the services it keeps.
+    # It must stay exactly botocore's own for those, from the pinned botocore: a new botocore that changed
+    # the file's shape, or a build that dropped a service or a partition's field, fails here.
+    import botocore
+    import botocore.loaders
+    import botocore.regions
+
+    assert runtime_dependencies()["botocore"] == botocore.__version__, "the dev venv's botocore is not the pinned one"
+    data = artifact / "botocore" / "data"
+    loader = botocore.loaders.Loader(extra_search_paths=[str(data)], include_default_search_paths=False)
+    kept = [p.name for p in data.iterdir() if p.is_dir()]
+    prefixes = {loader.load_service_model(name, "service-2")["metadata"]["endpointPrefix"] for name in kept}
+    assert "runtime.sagemaker" in prefixes
+    trimmed = json.loads((data / "endpoints.json").read_text())
+    full = botocore.loaders.Loader(include_default_search_paths=True).load_data("endpoints")
+    expected = json.loads(json.dumps(full))
+    for partition in expected["partitions"]:
+        partition["services"] = {k: v for k, v in partition["services"].items() if k in prefixes}
+    assert trimmed == expected
+    assert (data / "endpoints.json").stat().st_size < 100_000  # what the trim is for: the full file is 1.25 MB
+    # Resolved through botocore itself, every region of every partition, each variant: the same endpoints.
+    whole, kept_only = botocore.regions.EndpointResolver(full, True), botocore.regions.EndpointResolver(trimmed, True)
+    compared = 0
+    for partition in full["partitions"]:
+        for region in partition["regions"]:
+            for prefix in sorted(prefixes):
+                for fips, dualstack in ((False, False), (True, False), (False, True), (True, True)):
+                    assert _resolved(kept_only, prefix, region, fips, dualstack) == _resolved(
+                        whole, prefix, region, fips, dualstack
+                    ), (prefix, region, fips, dualstack)
+                    compared += 1
+    assert compared > 500
 
 
 # --- the artifact, built for this machine, serving one streamed request ---------------------------------
