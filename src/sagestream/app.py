@@ -83,7 +83,7 @@ class App:
 
     def __call__(self, event: dict[str, Any], stream: ResponseStream, context: LambdaContext) -> None:
         arrived, arrived_cpu = time.monotonic(), time.thread_time()  # before any work on the event
-        internal = protocols.internal_handler(event)
+        internal = protocols.internal_handler(event) if isinstance(event, dict) else None
         if internal is not None:  # the function's own event (a background response's run), never an HTTP one
             internal(self, event, stream, context)
             return
@@ -159,6 +159,8 @@ class App:
         route = self.routes.match(path)
         if route is not None and route.api is not None:
             call.writer.error_body, call.writer.id_headers = route.api.error_body, route.api.id_headers
+        if request.malformed is not None:  # an event no front sends (a direct Invoke's): the route's 400
+            raise request.malformed
         # Unknown /v1 paths need the key too: without it nobody learns which routes exist.
         if route.keyed if route is not None else requires_key(path):
             identity = self.auth.check(request.headers, request.api_key_id)

@@ -317,11 +317,35 @@ def _encoded(body: bytes, content_type: str) -> tuple[str, bool]:
     return base64.b64encode(body).decode(), True
 
 
+class BadEvent(ValueError):
+    """An event no front builds (only a direct Invoke can send one): a field of the wrong type, a body that is not
+    what its ``isBase64Encoded`` says. The message names the field."""
+
+
 def event_body(event: Mapping[str, Any]) -> bytes:
-    """The request body of a Function URL or REST event as bytes, undoing the base64 Lambda may have applied."""
-    body = event.get("body")
-    if not body:
+    """The request body of a Function URL or REST event as bytes, undoing the base64 Lambda may have applied;
+    :class:`BadEvent` for a body no front sends.
+
+    >>> event_body({"body": "aGk=", "isBase64Encoded": True}), event_body({"body": None})
+    (b'hi', b'')
+    >>> event_body({"body": "hi", "isBase64Encoded": "false"})
+    Traceback (most recent call last):
+    ...
+    sagestream.function_url.BadEvent: isBase64Encoded must be true or false, not a str
+    """
+    body, encoded = event.get("body"), event.get("isBase64Encoded", False)
+    if not isinstance(encoded, bool) and encoded is not None:
+        raise BadEvent(f"isBase64Encoded must be true or false, not a {type(encoded).__name__}")
+    if body is None or body == "":
         return b""
-    if event.get("isBase64Encoded"):
-        return base64.b64decode(body)
-    return str(body).encode("utf-8")
+    if not isinstance(body, str):
+        raise BadEvent(f"body must be a string or null, not {type(body).__name__}")
+    if encoded:
+        try:
+            return base64.b64decode(body, validate=True)
+        except ValueError:  # binascii.Error, or text that is not ASCII
+            raise BadEvent("body is not base64, as its isBase64Encoded says it is") from None
+    try:
+        return body.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate, which JSON's escapes can carry and UTF-8 cannot
+        raise BadEvent("body is not text that UTF-8 can carry") from None

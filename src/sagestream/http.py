@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import msgspec
 
 from sagestream.errors import APIError
-from sagestream.function_url import event_body
+from sagestream.function_url import BadEvent, event_body
 
 if TYPE_CHECKING:
     from sagestream.lambda_runtime import ResponseStream
@@ -55,9 +55,9 @@ class Request(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     Both read into the same fields the same way: header names lower-cased, a repeated header or query
     parameter one value joined with commas (as the Function URL joins them itself), the body as bytes.
 
-    Read as the plain mapping it is: Powertools' event data class would cost the cold start its whole
-    ``data_classes`` package (every event type AWS has, about a tenth of a bare boto3 client's import) for
-    a few fields.
+    Read with msgspec into the few fields it needs, their types checked: Powertools' event data class would
+    cost the cold start its whole ``data_classes`` package (every event type AWS has, about a tenth of a bare
+    boto3 client's import) for a few fields, and its parser models pydantic's.
     """
 
     method: str
@@ -72,74 +72,192 @@ class Request(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     source_ip: str | None = None
     api_key_id: str | None = None  # API Gateway's id of the key it checked (REST front, AUTH_MODE=api_key)
 
+    # A field of the event that no front would send (a direct Invoke's): the 400 its route answers with, before
+    # anything else (``App.dispatch``). The request then holds what could be read: its method and path, no more.
+    malformed: APIError | None = None
+
     @classmethod
-    def from_event(cls, event: Mapping[str, Any]) -> Request:
-        # Payload 1.0 has httpMethod at the top and no "version" (API Gateway's REST events carry none). A 2.0
-        # event says so: cargo-lambda's emulator sends one that holds a stray httpMethod ("GET") beside it.
-        if event.get("version") != "2.0" and "httpMethod" in event:
-            return _from_rest(event)
-        return _from_url(event)
+    def from_event(cls, event: Any) -> Request:
+        """The request an event carries. An event no front builds (not an object, a field of the wrong type, a
+        body that is not what ``isBase64Encoded`` says) is never an exception: it reads as a request of what
+        could be read, its fault in ``malformed``, a 400 naming the field.
+
+        >>> Request.from_event({"rawPath": "/v1/messages", "headers": ["a"]}).malformed.message
+        'The event is not one a Function URL or API Gateway sends: Expected `object | null`, got `array` - at `$.headers`.'
+        """
+        try:
+            if not isinstance(event, Mapping):
+                raise BadEvent(f"Expected `object`, got `{type(event).__name__}`")
+            # Payload 1.0 has httpMethod at the top and no "version" (API Gateway's REST events carry none). A
+            # 2.0 event says so: cargo-lambda's emulator sends one that holds a stray httpMethod ("GET") beside it.
+            if event.get("version") != "2.0" and "httpMethod" in event:
+                return _utf8(_from_rest(msgspec.convert(event, _RestEvent), event))
+            return _utf8(_from_url(msgspec.convert(event, _UrlEvent), event))
+        except (msgspec.ValidationError, BadEvent) as exc:
+            return _malformed(event, str(exc))
 
 
-def _from_url(event: Mapping[str, Any]) -> Request:
-    """A Function URL's event (payload format 2.0)."""
-    context = event.get("requestContext") or {}
-    http = context.get("http") or {}
-    iam = (context.get("authorizer") or {}).get("iam") or {}
+def _utf8(request: Request) -> Request:
+    """``request``, if every text it holds can be written as UTF-8 (to a log, an answer): JSON's escapes can carry
+    a lone surrogate, which no front sends and no encoder writes. The fault never quotes the text (nor could it)."""
+    texts = [request.method, request.path, request.url_request_id or "", request.caller or "", request.source_ip or ""]
+    for pair in (*request.headers.items(), *request.query.items()):
+        texts += pair
+    try:
+        "".join(texts).encode("utf-8")
+    except UnicodeEncodeError:
+        raise BadEvent("its path, method, a header, the query or its requestContext is not UTF-8 text") from None
+    return request
+
+
+def _malformed(event: Any, fault: str) -> Request:
+    """The request of an event no front sends: its method and path where they can be read (the route's error
+    shape follows the path), nothing else; ``malformed`` the 400 that names the fault."""
+    readable: Mapping[str, Any] = event if isinstance(event, Mapping) else {}
+    paths = (readable.get("rawPath"), readable.get("path"))
+    path = next((str(p) for p in paths if _plain(p) and str(p).startswith("/")), "/")
+    method = readable.get("httpMethod")
     return Request(
-        method=str(http.get("method") or "GET").upper(),
-        path=str(event.get("rawPath") or http.get("path") or "/"),
-        headers={str(k).lower(): str(v) for k, v in (event.get("headers") or {}).items()},
-        body=event_body(event),
-        url_request_id=context.get("requestId"),
-        caller=iam.get("userArn") or None,
-        query={str(k): str(v) for k, v in (event.get("queryStringParameters") or {}).items()},
-        source_ip=http.get("sourceIp") or None,
+        method=str(method).upper() if _plain(method) else "POST",
+        path=path,
+        headers={},
+        body=b"",
+        malformed=APIError.invalid_request(
+            f"The event is not one a Function URL or API Gateway sends: {fault}.", code="invalid_event"
+        ),
     )
 
 
-def _from_rest(event: Mapping[str, Any]) -> Request:
+def _plain(value: Any) -> bool:
+    """Whether ``value`` is text that UTF-8 can write."""
+    if not isinstance(value, str):
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+# The events' fields the function reads, as the fronts send them (AWS's "Lambda function URL request and response
+# payloads" and API Gateway's "Input format of a Lambda function for proxy integration"); anything else the event
+# holds is not read. msgspec checks the types (strictly: "false" is no boolean), and names a wrong one by its path.
+
+
+class _Iam(msgspec.Struct):
+    userArn: str | None = None
+
+
+class _Authorizer(msgspec.Struct):
+    iam: _Iam | None = None
+
+
+class _UrlHttp(msgspec.Struct):
+    method: str | None = None
+    path: str | None = None
+    sourceIp: str | None = None
+
+
+class _UrlContext(msgspec.Struct):
+    http: _UrlHttp | None = None
+    requestId: str | None = None
+    authorizer: _Authorizer | None = None
+
+
+class _Body(msgspec.Struct):
+    body: str | None = None
+    isBase64Encoded: bool | None = None
+
+
+class _UrlEvent(_Body):
+    rawPath: str | None = None
+    headers: dict[str, str] | None = None
+    queryStringParameters: dict[str, str] | None = None
+    requestContext: _UrlContext | None = None
+
+
+class _RestIdentity(msgspec.Struct):
+    userArn: str | None = None
+    apiKeyId: str | None = None
+    sourceIp: str | None = None
+
+
+class _RestContext(msgspec.Struct):
+    requestId: str | None = None
+    identity: _RestIdentity | None = None
+
+
+class _RestEvent(_Body):
+    httpMethod: str | None = None
+    resource: str | None = None
+    path: str | None = None
+    pathParameters: dict[str, str] | None = None
+    headers: dict[str, str] | None = None
+    multiValueHeaders: dict[str, list[str]] | None = None
+    queryStringParameters: dict[str, str] | None = None
+    multiValueQueryStringParameters: dict[str, list[str]] | None = None
+    requestContext: _RestContext | None = None
+
+
+def _from_url(event: _UrlEvent, raw: Mapping[str, Any]) -> Request:
+    """A Function URL's event (payload format 2.0)."""
+    context = event.requestContext or _UrlContext()
+    http = context.http or _UrlHttp()
+    iam = (context.authorizer or _Authorizer()).iam or _Iam()
+    return Request(
+        method=(http.method or "GET").upper(),
+        path=event.rawPath or http.path or "/",
+        headers={k.lower(): v for k, v in (event.headers or {}).items()},
+        body=event_body(raw),
+        url_request_id=context.requestId,
+        caller=iam.userArn or None,
+        query=dict(event.queryStringParameters or {}),
+        source_ip=http.sourceIp or None,
+    )
+
+
+def _from_rest(event: _RestEvent, raw: Mapping[str, Any]) -> Request:
     """An API Gateway REST proxy event (payload format 1.0).
 
     The multi-value maps are read first: the single-value ones keep only the last of repeated values.
     """
-    context = event.get("requestContext") or {}
-    identity = context.get("identity") or {}
-    key_id = identity.get("apiKeyId") or None
+    context = event.requestContext or _RestContext()
+    identity = context.identity or _RestIdentity()
+    key_id = identity.apiKeyId or None
     return Request(
-        method=str(event.get("httpMethod") or "GET").upper(),
+        method=(event.httpMethod or "GET").upper(),
         path=_rest_path(event),
-        headers=_joined(event.get("multiValueHeaders"), event.get("headers"), lower=True),
-        body=event_body(event),
-        url_request_id=context.get("requestId"),
-        caller=identity.get("userArn") or (f"apikey:{key_id}" if key_id else None),
-        query=_joined(event.get("multiValueQueryStringParameters"), event.get("queryStringParameters")),
-        source_ip=identity.get("sourceIp") or None,
+        headers=_joined(event.multiValueHeaders, event.headers, lower=True),
+        body=event_body(raw),
+        url_request_id=context.requestId,
+        caller=identity.userArn or (f"apikey:{key_id}" if key_id else None),
+        query=_joined(event.multiValueQueryStringParameters, event.queryStringParameters),
+        source_ip=identity.sourceIp or None,
         api_key_id=key_id,
     )
 
 
-def _rest_path(event: Mapping[str, Any]) -> str:
+def _rest_path(event: _RestEvent) -> str:
     """The path under the API's root: the ``{proxy+}`` parameter where the greedy resource matched, since the
     event's ``path`` may carry a custom domain's base path mapping too (Mangum's ``api_gateway_base_path``
     exists to strip it); the root resource is ``/``."""
-    proxy = (event.get("pathParameters") or {}).get("proxy")
-    if event.get("resource") == "/{proxy+}" and proxy is not None:
-        return "/" + str(proxy).lstrip("/")
-    if event.get("resource") == "/":
+    proxy = (event.pathParameters or {}).get("proxy")
+    if event.resource == "/{proxy+}" and proxy is not None:
+        return "/" + proxy.lstrip("/")
+    if event.resource == "/":
         return "/"
-    return str(event.get("path") or "/")
+    return event.path or "/"
 
 
 def _joined(
-    multi: Mapping[str, Any] | None, single: Mapping[str, Any] | None, *, lower: bool = False
+    multi: Mapping[str, list[str]] | None, single: Mapping[str, str] | None, *, lower: bool = False
 ) -> dict[str, str]:
     """One value per name: a multi-value map's values joined with commas, else the single-value map's."""
     out: dict[str, str] = {}
-    for source, many in ((single or {}, False), (multi or {}, True)):  # multi last: it wins where both have a name
-        for name, value in source.items():
-            key = str(name).lower() if lower else str(name)
-            out[key] = ",".join(str(v) for v in value) if many and isinstance(value, list) else str(value)
+    for name, value in (single or {}).items():
+        out[name.lower() if lower else name] = value
+    for name, values in (multi or {}).items():  # multi last: it wins where both have a name
+        out[name.lower() if lower else name] = ",".join(values)
     return out
 
 
