@@ -80,24 +80,33 @@ def invoke(client: Any, call: Call, cfg: Config, parsed: Parsed, payload: bytes,
 def stream(
     client: Any, call: Call, cfg: Config, api: ClientAPI, parsed: Parsed, payload: bytes, *, deadline: float
 ) -> None:
-    """Open the upstream stream and write each delta the moment it is decoded."""
+    """Open the upstream stream and write each delta the moment it is decoded.
+
+    The encoder is the sink's edge: the client's protocol, and for a Responses run also its event log
+    (:class:`~sagestream.protocols.responses.background.RunEncoder`), which may ask the stream to stop
+    (``stopped``: its run was cancelled) and to wake at least every ``wake_s`` to see that. What the encoder
+    keeps (``ended``: its log's last events, the run's state) and what the route keeps of the answer
+    (``finish``: the stored response) run once the response is closed (:attr:`Call.after`): no write to
+    another service stands between two deltas or before the answer's end."""
     record, writer = call.record, call.writer
     # Made first: a request held for capacity may have started the response with keep-alives, and a fault
     # after them is this encoder's error event.
     encoder = call.encoder = api.encoder(parsed, cfg)
+    wake_s = getattr(encoder, "wake_s", None)
+    keepalive_s = cfg.sse_keepalive_s if wake_s is None else min(cfg.sse_keepalive_s, wake_s)
     headers = {**SSE_HEADERS, **parsed.headers}
-    parts = first_answer(
-        call,
-        cfg,
-        lambda target: upstream.open_stream(
-            client, target, payload, deadline=deadline, ids=call.ids, keepalive_s=cfg.sse_keepalive_s
-        ),
-        deadline=deadline,
-        wait=KeepAlives(call, headers, cfg.sse_keepalive_s),
-    )
-    # Closed at once however the loop ends (a client gone raises out of the write): the endpoint stops
-    # generating for nobody.
     try:
+        parts = first_answer(
+            call,
+            cfg,
+            lambda target: upstream.open_stream(
+                client, target, payload, deadline=deadline, ids=call.ids, keepalive_s=keepalive_s
+            ),
+            deadline=deadline,
+            wait=KeepAlives(call, headers, cfg.sse_keepalive_s),
+        )
+        # Closed at once however the loop ends (a client gone raises out of the write): the endpoint stops
+        # generating for nobody.
         with parts:
             decoder = dialect_named(cfg.dialect).stream_decoder(parsed.request)
             for item, data in relay(_timed(parts, record), decoder, encoder):
@@ -110,12 +119,16 @@ def stream(
                     record.wrote(item, data, read_at=parts.read_at)
                 elif item is KEEPALIVE:
                     record.keepalives += 1
+                if wake_s is not None and encoder.stopped:  # type: ignore[attr-defined]
+                    logger.info("the run was cancelled: its upstream stream is closed")
+                    break
+        # The Responses encoder's last whole response object (none after a failure): kept once it was sent.
+        finish(call, parsed, getattr(encoder, "final", None))
     finally:
-        ended = getattr(encoder, "ended", None)  # an encoder that keeps its events for followers: closed
+        # After the stored answer (a continuation that finds the run ended finds the answer stored).
+        ended = getattr(encoder, "ended", None)
         if ended is not None:
-            ended()
-    # The Responses encoder's last whole response object (none after a failure): kept once it was sent.
-    finish(call, parsed, getattr(encoder, "final", None))
+            call.after.append(ended)
 
 
 def first_answer(
@@ -138,15 +151,21 @@ def first_answer(
 
 
 def finish(call: Call, parsed: Parsed, answer: bytes | None) -> None:
-    """After the answer has reached the client whole: what the route keeps of it (stored responses)."""
+    """What the route keeps of the answer (stored responses), once the client has it whole: run after the
+    response is closed (:attr:`Call.after`), so a slow store never holds the answer's end."""
     if parsed.finish is None or answer is None:
         return
-    try:
-        parsed.finish(answer)
-        call.record.stored = True
-    except Exception:
-        call.record.stored = False
-        logger.exception("keeping the answer failed")
+    keep = parsed.finish
+
+    def kept() -> None:
+        try:
+            keep(answer)
+            call.record.stored = True
+        except Exception:
+            call.record.stored = False
+            logger.exception("keeping the answer failed")
+
+    call.after.append(kept)
 
 
 class KeepAlives:

@@ -73,6 +73,7 @@ class App:
         self.telemetry = telemetry or Telemetry(config)
         self.auth = auth or Authenticator(config)
         self.routes = Routes([*protocols.ROUTES, *own_routes(config)])
+        protocols.at_init(config)  # the clients the protocols need besides the upstream's (a store's)
         # Per-caller quotas (QUOTAS), counted in DynamoDB; None when off (and their modules never imported).
         self.quotas: DynamoQuotas | None = None
         if config.quotas is not None:
@@ -82,12 +83,12 @@ class App:
         self._margin_checked = False
 
     def __call__(self, event: dict[str, Any], stream: ResponseStream, context: LambdaContext) -> None:
+        """The one frame of every invocation: its telemetry bound, its work (a route, or one of the function's own
+        events: a background run), its stream closed, then what was left for after (settles, stores), then its
+        record finished."""
         arrived, arrived_cpu = time.monotonic(), time.thread_time()  # before any work on the event
-        internal = protocols.internal_handler(event) if isinstance(event, dict) else None
-        if internal is not None:  # the function's own event (a background response's run), never an HTTP one
-            internal(self, event, stream, context)
-            return
-        request = Request.from_event(event)
+        internal = protocols.internal_handler(event) if isinstance(event, dict) else None  # E9: any JSON may come
+        request = Request.from_event(event) if internal is None else Request.internal(event)
         record = StreamRecord(
             started=arrived,
             started_cpu=arrived_cpu,
@@ -103,7 +104,10 @@ class App:
             if not self._margin_checked:
                 self._check_margin(context)
             try:
-                self.dispatch(call)
+                if internal is not None:
+                    internal(self, event, call)
+                else:
+                    self.dispatch(call)
             except APIError as err:
                 self._answer_error(call, err)
             except WriteTimedOut:
@@ -118,6 +122,8 @@ class App:
                 logger.exception("the request failed")
                 self._answer_error(call, APIError.internal())
             finally:
+                if call.writer.gone:
+                    record.client_disconnected = True
                 if stream.started:
                     stream.close()  # the client has the whole answer before anything below runs
                 self._after(call)
@@ -195,7 +201,7 @@ class App:
     # --- completions ---
 
     def complete(self, call: Call, api: ClientAPI) -> None:
-        """Every completion route: ``api`` reads the request and writes the answer, whole or streamed."""
+        """Every completion route: ``api`` reads the request, then the one pipeline answers it (:meth:`answer`)."""
         record = call.record
         record.kind = api.kind
         raw, cfg = self.read_target(call, api)
@@ -214,13 +220,25 @@ class App:
             from sagestream import metering
 
             metering.reserve(self.quotas, self.auth, call, cfg, api, parsed, payload)
-        if parsed.instead is not None:  # answered otherwise: a background response, run by another invocation
-            parsed.instead(self, call, parsed)
-            return
-        # Noted once the call is certain: a request refused above made none, and its record names no ids.
-        record.inference_id, record.prefix_aware_id = call.ids.inference_id, call.ids.prefix_aware_id
+        if parsed.instead is not None:
+            # Answered otherwise (a background response queued for another invocation: None), or run here
+            # differently (a background response its creator streams: the request to run).
+            instead = parsed.instead(self, call, parsed)
+            if instead is None:
+                return
+            parsed = instead
+        self.answer(call, cfg, api, parsed, payload)
+
+    def answer(self, call: Call, cfg: Config, api: ClientAPI, parsed: Parsed, payload: bytes) -> None:
+        """The one pipeline of every completion (a route's, a background run's): the upstream call from the
+        model's first target with capacity (holds, fallbacks), its answer streamed delta by delta or written
+        whole through the protocol's encoder, the record told; what is kept of it after the response closes."""
+        record = call.record
+        # Noted once the call is certain: a request refused before made none, and its record names no ids.
+        if call.ids is not None:
+            record.inference_id, record.prefix_aware_id = call.ids.inference_id, call.ids.prefix_aware_id
         with self.telemetry.upstream(record):  # the trace subsegment ends with the stream
-            written = answer.stream if stream else answer.whole
+            written = answer.stream if record.streamed else answer.whole
             written(self.client, call, cfg, api, parsed, payload, deadline=self.deadline(call))
 
     # What the protocols' own routes ask of the app (sagestream.protocols.App), each documented where it is.
@@ -232,7 +250,7 @@ class App:
     upstream_ids = staticmethod(prepare.upstream_ids)
 
     def owner(self, call: Call) -> str:
-        return prepare.owner(self.config, call)
+        return prepare.owner(self.config, call, self.auth)
 
     def invoke(self, call: Call, cfg: Config, parsed: Parsed, payload: bytes) -> Delta:
         return answer.invoke(self.client, call, cfg, parsed, payload, deadline=self.deadline(call))

@@ -31,6 +31,7 @@ import msgspec
 
 from sagestream.errors import APIError
 from sagestream.function_url import BadEvent, event_body
+from sagestream.lambda_runtime import ClientDisconnected
 
 if TYPE_CHECKING:
     from sagestream.lambda_runtime import ResponseStream
@@ -75,6 +76,11 @@ class Request(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     # A field of the event that no front would send (a direct Invoke's): the 400 its route answers with, before
     # anything else (``App.dispatch``). The request then holds what could be read: its method and path, no more.
     malformed: APIError | None = None
+
+    @classmethod
+    def internal(cls, event: Mapping[str, Any]) -> Request:
+        """One of the function's own events (a background run's), as the frame and the record see it."""
+        return cls(method="RUN", path=f"/{event.get('sagestream')}", headers={}, body=b"")
 
     @classmethod
     def from_event(cls, event: Any) -> Request:
@@ -277,19 +283,28 @@ class Writer:
         self.id_headers: tuple[str, ...] = ("x-request-id",)
         # What the invocation learnt of its answer before it started, for every response (x-sagestream-target).
         self.extra_headers: dict[str, str] = {}
+        # A writer whose answer goes on without its client (a background response's creator): a client that
+        # leaves is noted (``gone``) and the rest of the answer is written to nobody, instead of ending it.
+        self.outlives_client = False
+        self.gone = False
 
     @property
     def started(self) -> bool:
         return bool(self.stream.started)
 
     def write(self, data: bytes, status: int = 200, headers: Mapping[str, str] = JSON_HEADERS) -> None:
-        if not data:
+        if not data or self.gone:
             return
-        if not self.stream.started:
-            ids = dict.fromkeys(self.id_headers, self.request_id)
-            self.stream.start(status, {**headers, **self.extra_headers, **ids})
-        if not self.head:
-            self.stream.write(data)
+        try:
+            if not self.stream.started:
+                ids = dict.fromkeys(self.id_headers, self.request_id)
+                self.stream.start(status, {**headers, **self.extra_headers, **ids})
+            if not self.head:
+                self.stream.write(data)
+        except ClientDisconnected:
+            if not self.outlives_client:
+                raise
+            self.gone = True
 
     def json(self, payload: Any, status: int = 200) -> None:
         self.write(json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode(), status)

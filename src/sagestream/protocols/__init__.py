@@ -39,6 +39,7 @@ __all__ = [
     "ClientAPI",
     "Parsed",
     "StreamEncoder",
+    "at_init",
     "error_event",
     "in_client_terms",
     "internal_handler",
@@ -48,11 +49,16 @@ __all__ = [
 APIS: tuple[ClientAPI, ...] = (CHAT, COMPLETIONS, MESSAGES, RESPONSES)
 ROUTES: tuple[Route[ClientAPI], ...] = (*openai.ROUTES, *anthropic.ROUTES, *responses.ROUTES)
 # The function's own events (it invokes itself asynchronously: a background response's run), by their
-# "sagestream" key; handler(app, event, stream, context).
-INTERNAL_EVENTS: dict[str, Callable[[Any, Any, Any, Any], None]] = {**responses.INTERNAL_EVENTS}
+# "sagestream" key; handler(app, event, call), under the app's one invocation frame.
+INTERNAL_EVENTS: dict[str, Callable[[Any, Any, Any], None]] = {**responses.INTERNAL_EVENTS}
 
 
-def internal_handler(event: Mapping[str, Any]) -> Callable[[Any, Any, Any, Any], None] | None:
+def at_init(config: Any) -> None:
+    """What the protocols make once, at init, besides the upstream's client (a store's clients)."""
+    responses.at_init(config)
+
+
+def internal_handler(event: Mapping[str, Any]) -> Callable[[Any, Any, Any], None] | None:
     """The handler of one of the function's own events; None for every other (an HTTP front's event always has
     a ``requestContext``, so no HTTP caller can send one).
 

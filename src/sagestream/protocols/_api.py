@@ -63,7 +63,8 @@ class Parsed(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     finish: Callable[[bytes], None] | None = None
     # The request answered otherwise than by the upstream call here, given (app, call, this parse): the
     # Responses API's background request is queued and run by another invocation.
-    instead: Callable[[Any, Any, Any], None] | None = None
+    # Returns None when it answered, or the request to run here instead (a background stream's).
+    instead: Callable[[Any, Any, Any], Parsed | None] | None = None
 
     @property
     def stream(self) -> bool:
@@ -139,6 +140,8 @@ class App(Protocol):
     telemetry: Any
 
     def complete(self, call: Any, api: ClientAPI) -> None: ...
+
+    def answer(self, call: Any, cfg: Config, api: ClientAPI, parsed: Parsed, payload: bytes) -> None: ...
 
     def read_target(self, call: Any, api: ClientAPI) -> tuple[bytes, Config]: ...
 

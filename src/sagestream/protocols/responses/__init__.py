@@ -49,6 +49,7 @@ __all__ = [
     "ROUTES",
     "UNOFFERED_HEADER",
     "ResponsesAPI",
+    "at_init",
     "run_in_background",
     "stored_response",
 ]
@@ -114,7 +115,7 @@ class ResponsesAPI(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         if background:
             from sagestream.protocols.responses import background as runs_in_background
 
-            request._background, finish = True, None  # the run stores its answer itself
+            request._background = True
             instead = functools.partial(runs_in_background.start, cfg, caller, request, raw, depth + 1, headers=headers)
         # The dialect's refusals (raised where app builds the body) name the Responses field the client sent.
         return Parsed(
@@ -128,13 +129,32 @@ class ResponsesAPI(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         )
 
     def encoder(self, parsed: Parsed, cfg: Config) -> StreamEncoder:
-        encoder = ResponsesEncoder(parsed.original, model=cfg.model_id, pad_bytes=cfg.sse_pad_bytes)
-        if getattr(parsed.original, "_stored", False) and cfg.responses_resumable_streams:
+        original = parsed.original
+        if getattr(original, "_background", False):
+            # A background run (its creator's stream, or an asynchronous invocation): its id was made when it
+            # was queued, and its events are kept for followers and watched for a cancel.
+            from sagestream.protocols.responses.background import resumable
+
+            owner = getattr(original, "_owner_digest", None)
+            run = ResponsesEncoder(
+                original,
+                model=cfg.model_id,
+                pad_bytes=cfg.sse_pad_bytes,
+                id=original._response_id,
+                created_at=original._created_at,
+            )
+            if owner is None:
+                from sagestream.protocols.responses.store import owner_of
+
+                owner = owner_of(original._owner)
+            return resumable(run, cfg, owner, background=True)
+        encoder = ResponsesEncoder(original, model=cfg.model_id, pad_bytes=cfg.sse_pad_bytes)
+        if getattr(original, "_stored", False) and cfg.responses_resumable_streams:
             # A stored stream can be followed from another connection while it runs (its events batched to
             # the table by a thread of its own).
             from sagestream.protocols.responses.background import resumable
 
-            return resumable(encoder, cfg, parsed.original._owner)
+            return resumable(encoder, cfg, original._owner)
         return encoder
 
     def whole(self, answer: Delta, parsed: Parsed, cfg: Config) -> bytes:
@@ -214,11 +234,19 @@ def _by_id(app: App, call: Any, config: Config, caller: str, *, deadline: float)
     call.writer.json(found.response if not tail else stored.input_items_page(found.input_items, call.request.query))
 
 
-def run_in_background(app: App, event: Mapping[str, Any], stream: Any, context: Any) -> None:
+def run_in_background(app: App, event: Mapping[str, Any], call: Any) -> None:
     """The asynchronous invocation that runs a background response (its module loaded only here)."""
     from sagestream.protocols.responses import background
 
-    background.run(app, event, stream, context)
+    background.run(app, event, call)
+
+
+def at_init(config: Config) -> None:
+    """With a store, its clients (DynamoDB, Lambda) made at init, never while a stream runs."""
+    if config.responses_store != "none":
+        from sagestream.protocols.responses import background
+
+        background.at_init(config)
 
 
 ROUTES = (

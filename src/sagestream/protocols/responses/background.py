@@ -33,6 +33,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -41,20 +42,23 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from sagestream.delta import Delta
 from sagestream.errors import APIError
-from sagestream.http import JSON_HEADERS, SSE_HEADERS
+from sagestream.http import JSON_HEADERS, SSE_HEADERS, Writer
+from sagestream.protocols._api import Parsed
 from sagestream.protocols._wire import dumps, new_id
 from sagestream.protocols.responses import stored
 from sagestream.protocols.responses.encoder import ResponsesEncoder, queued_response
 from sagestream.protocols.responses.runs import EventLog, Runs
 from sagestream.protocols.responses.runs import follow as follow_events
 from sagestream.protocols.responses.store import StoreError, owner_of
-from sagestream.relay import KEEPALIVE, KEEPALIVE_EVENT
+from sagestream.protocols.responses.stored import runs_for
+from sagestream.relay import KEEPALIVE_EVENT
 
 if TYPE_CHECKING:
     from sagestream.config import Config
-    from sagestream.protocols._api import Parsed
     from sagestream.protocols.responses.models import ResponseCreateRequest
 
 __all__ = [
@@ -78,19 +82,16 @@ PUBLISHED_ALIAS = "live"
 # How often a background run asks whether it was cancelled (a strongly consistent read of its state).
 CANCEL_CHECK_S = 0.5
 
-_RUNS: dict[str, Runs] = {}
-_LAMBDA: list[Any] = []  # the botocore Lambda client, made on the first background request
+_LAMBDA: list[Any] = []  # the botocore Lambda client, made at init with the store (at_init)
 _LAMBDA_LOCK = threading.Lock()
 
 
-def runs_for(cfg: Config) -> Runs:
-    store = stored.store_for(cfg)
-    if store is None:
-        raise StoreError("no store is configured")
-    runs = _RUNS.get(store.table)
-    if runs is None:
-        runs = _RUNS[store.table] = Runs(store)
-    return runs
+def at_init(cfg: Config) -> None:
+    """What a deployment with a store makes at init, never on a request: the store and its runs (their DynamoDB
+    client) and the Lambda client a background request starts its run with. Making a client parses its service
+    model, which on a request's path would hold a running stream's deltas back."""
+    runs_for(cfg)
+    _lambda()
 
 
 def is_internal(event: Mapping[str, Any]) -> bool:
@@ -133,15 +134,27 @@ def start(
     parsed: Parsed,
     *,
     headers: Mapping[str, str],
-) -> None:
-    """Queue the run and start it; answer the ``queued`` response, or with ``stream`` follow the run's events."""
+) -> Parsed | None:
+    """A background request. Without ``stream``: queue the run, start it in another invocation, answer the
+    ``queued`` response (None: answered). With ``stream``: the run is this invocation's, through the app's one
+    pipeline (the returned request), its events written to its creator as they come and kept for followers; a
+    creator that leaves does not stop it (:attr:`sagestream.http.Writer.outlives_client`)."""
+    runs = runs_for(cfg)
+    response_id, created_at = new_id("resp_"), int(time.time())
+    queued = json.loads(queued_response(request, model=cfg.model_id, id=response_id, created_at=created_at))
+    digest = owner_of(owner)
+    if request.stream:
+        request._response_id, request._created_at = response_id, created_at
+        try:
+            runs.begin(response_id, digest, queued, background=True)
+        except StoreError as exc:
+            raise stored.unavailable(exc) from exc
+        call.writer.outlives_client = True
+        return msgspec.structs.replace(parsed, instead=None)
     # The run streams, whether or not this request does: the app made its upstream body so (a dialect's
     # refusal is this request's 400).
     payload: bytes = call.payload
     call.record.inference_id = call.ids.inference_id if call.ids is not None else None
-    runs = runs_for(cfg)
-    response_id, created_at = new_id("resp_"), int(time.time())
-    queued = json.loads(queued_response(request, model=cfg.model_id, id=response_id, created_at=created_at))
     job = {
         "raw": raw.decode(),
         "payload": payload.decode(),
@@ -153,7 +166,6 @@ def start(
         # The caller's quota reservation (sagestream.metering): the run settles it, once it knows the usage.
         "quota": call.quota.job() if call.quota is not None else None,
     }
-    digest = owner_of(owner)
     try:
         runs.begin(response_id, digest, queued, background=True, job=job)
     except StoreError as exc:
@@ -170,10 +182,8 @@ def start(
     call.record.stored = True
     if call.quota is not None:
         call.quota.handed_off = True  # the run settles it; this invocation generates nothing
-    if not request.stream:
-        call.writer.write(dumps(queued), 200, {**JSON_HEADERS, **headers})
-        return
-    _follow(call, runs, response_id, digest, -1, app.deadline(call), cfg.sse_keepalive_s, headers)
+    call.writer.write(dumps(queued), 200, {**JSON_HEADERS, **headers})
+    return None
 
 
 # --- GET /v1/responses/{id}?stream=true&starting_after=N --------------------------------------------------
@@ -286,112 +296,72 @@ def status(cfg: Config, caller: str, response_id: str) -> dict[str, Any] | None:
 # --- the run: the asynchronous invocation ------------------------------------------------------------------
 
 
-def run(app: Any, event: Mapping[str, Any], stream: Any, context: Any) -> None:
-    """Answer the job of ``event``'s response (once: a second delivery of the event finds it claimed)."""
-    from sagestream.dialects import dialect_named
-    from sagestream.protocols.responses.request import parse_responses
-    from sagestream.record import StreamRecord
-    from sagestream.relay import relay
+def run(app: Any, event: Mapping[str, Any], call: Any) -> None:
+    """Answer the job of ``event``'s response (once: a second delivery of the event finds it claimed), through the
+    app's one pipeline (capacity holds, fallbacks, the record, the store), its events kept in the run's log; the
+    invocation's own answer (Lambda keeps it nowhere; ``make invoke`` shows it) names the outcome."""
+    from sagestream.protocols.responses import RESPONSES
+    from sagestream.protocols.responses.request import parse_responses, renamed
     from sagestream.sagemaker_ids import UpstreamIds
-    from sagestream.upstream import open_stream
 
     response_id = str(event.get("response_id") or "")
-    record = StreamRecord(method="RUN", path=f"/v1/responses/{response_id}", kind="response", streamed=True)
+    record, own = call.record, call.writer
+    record.kind, record.streamed, record.path = "response", True, f"/v1/responses/{response_id}"
     cfg = app.config
-    outcome = "skipped"
-    owner: str | None = None
-    job: dict[str, Any] | None = None
-    with app.telemetry.bind(context.aws_request_id, None):
-        try:
-            runs = runs_for(cfg)
-            found = runs.job(response_id)
-            if found is None or not runs.claim(response_id):
-                logger.warning("no queued background response %s: nothing to run", response_id)
-                return
-            owner, job = found
-            cfg = cfg.for_model(job["model"]) or cfg
-            record.model, record.endpoint, record.dialect = cfg.model_id, cfg.endpoint_name, cfg.dialect
-            request, chat, _ = parse_responses(
-                job["raw"].encode(),
-                max_tokens_limit=cfg.max_tokens_limit,
-                extra_fields=cfg.extra_request_fields,
-                max_prompt_chars=cfg.max_prompt_chars,
-            )
-            request._previous_response_id, request._stored, request._background = (
-                job["previous_response_id"],
-                True,
-                True,
-            )
-            encoder = ResponsesEncoder(request, model=cfg.model_id, id=response_id, created_at=job["created_at"])
-            log = EventLog(runs, response_id, owner)
-            ids = UpstreamIds.of(context.aws_request_id, job.get("prefix_aware_id"))
-            record.inference_id, record.prefix_aware_id = ids.inference_id, ids.prefix_aware_id
-            deadline = time.monotonic() + (context.get_remaining_time_in_millis() - cfg.deadline_margin_ms) / 1000
-            cancelled = False
-            try:
-                seq = 0
-                try:
-                    with app.telemetry.upstream(record):
-                        # The wait on the upstream wakes at least every CANCEL_CHECK_S: its silences are the
-                        # run's chance to see a cancel too.
-                        parts = open_stream(
-                            app.client,
-                            cfg,
-                            job["payload"].encode(),
-                            deadline=deadline,
-                            ids=ids,
-                            keepalive_s=min(cfg.sse_keepalive_s, CANCEL_CHECK_S),
-                        )
-                        checked = time.monotonic()
-                        with parts:
-                            decoder = dialect_named(cfg.dialect).stream_decoder(chat)
-                            for item, data in relay(parts, decoder, encoder):
-                                if item is not KEEPALIVE:
-                                    log.add(data, seq, encoder.sequence - seq)
-                                    seq = encoder.sequence
-                                if isinstance(item, Delta):
-                                    record.wrote(item, data, read_at=parts.read_at)
-                                elif isinstance(item, APIError):
-                                    record.fail(item)
-                                if time.monotonic() - checked >= CANCEL_CHECK_S:
-                                    checked = time.monotonic()
-                                    if runs.cancelled(response_id):
-                                        cancelled = True
-                                        break  # leaving the with closes the upstream stream
-                except APIError as err:  # before the stream: the endpoint refused, or could not be reached
-                    record.fail(err)
-                    data = encoder.error(err)
-                    log.add(data, seq, encoder.sequence - seq)
-            finally:
-                log.close()
-            response = json.loads(encoder.final or encoder.failed or encoder.snapshot("cancelled"))
-            if cancelled:
-                response["status"] = "cancelled"
-            outcome = response["status"]
-            finished = runs.finish(response_id, outcome, response)
-            if finished and encoder.final is not None:
-                items = stored.with_item_ids(stored.this_input(json.loads(job["raw"]).get("input")))
-                stored.store_for(cfg).put(response_id, owner, response, items, int(job["depth"]))  # type: ignore[union-attr]
-                record.stored = True
-            elif not finished:
-                outcome = "cancelled"
-        except Exception:
-            logger.exception("the background response %s failed", response_id)
-            outcome = "failed"
-            try:
-                state = runs_for(cfg).state(response_id, owner) if owner is not None else None
-                if state is not None and not state.terminal:
-                    runs_for(cfg).finish(response_id, "failed", {**state.response, "status": "failed"})
-            except Exception:
-                logger.exception("the failed background response %s could not be marked so", response_id)
-        finally:
-            # The asynchronous invocation's own answer (Lambda keeps it nowhere; `sam local invoke` shows it).
-            stream.start(200, JSON_HEADERS)
-            stream.write(dumps({"id": response_id, "status": outcome}))
-            stream.close()
-            if job is not None:  # the caller's quota, charged what this run generated
-                app.settle_quota(record, job.get("quota"))
-            app.telemetry.finish(record, request_id=context.aws_request_id, function_name=context.function_name)
+    runs = runs_for(cfg)
+    found = runs.job(response_id)
+    if found is None or not runs.claim(response_id):
+        logger.warning("no queued background response %s: nothing to run", response_id)
+        own.json({"id": response_id, "status": "skipped"})
+        return
+    owner, job = found
+    if job.get("quota") is not None:  # the caller's quota, charged what this run generates
+        call.after.append(lambda: app.settle_quota(record, job.get("quota")))
+    cfg = cfg.for_model(job["model"]) or cfg
+    record.model, record.endpoint, record.dialect = cfg.model_id, cfg.endpoint_name, cfg.dialect
+    request, chat, origins = parse_responses(
+        job["raw"].encode(),
+        max_tokens_limit=cfg.max_tokens_limit,
+        extra_fields=cfg.extra_request_fields,
+        max_prompt_chars=cfg.max_prompt_chars,
+    )
+    request._previous_response_id, request._stored, request._owner = job["previous_response_id"], True, ""
+    request._background, request._response_id, request._created_at = True, response_id, job["created_at"]
+    request._owner_digest = owner
+    finish = functools.partial(_store_run, cfg, owner, job)
+    parsed = Parsed(chat, request, rename=functools.partial(renamed, origins=origins), finish=finish)
+    call.ids = UpstreamIds.of(call.context.aws_request_id, job.get("prefix_aware_id"))
+    # Nobody reads this invocation's answer: the run's events go to its log only, and its outcome is written last.
+    call.writer = Writer(_Nobody(), call.context.aws_request_id)
+    try:
+        app.answer(call, cfg, RESPONSES, parsed, job["payload"].encode())
+    finally:
+        call.writer = own
+        kept = call.encoder
+        outcome = kept.outcome if isinstance(kept, ResumableEncoder) else "failed"
+        own.json({"id": response_id, "status": outcome})
+
+
+def _store_run(cfg: Config, owner: str, job: dict[str, Any], response_json: bytes) -> None:
+    """A background run's answer stored, as a foreground answer is (with the input its job keeps)."""
+    response = json.loads(response_json)
+    items = stored.with_item_ids(stored.this_input(json.loads(job["raw"]).get("input")))
+    stored.store_for(cfg).put(response["id"], owner, response, items, int(job["depth"]))  # type: ignore[union-attr]
+
+
+class _Nobody:
+    """The response stream of a run nobody reads (an asynchronous invocation's): every write goes nowhere."""
+
+    started = True
+
+    def start(self, status: int, headers: Mapping[str, str], cookies: Any = ()) -> None:
+        pass
+
+    def write(self, data: bytes | str) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
 
 # --- a foreground stream that can be followed while it runs -----------------------------------------------
@@ -399,18 +369,36 @@ def run(app: Any, event: Mapping[str, Any], stream: Any, context: Any) -> None:
 
 class ResumableEncoder:
     """A Responses stream's encoder that also hands each write's events to an
-    :class:`~sagestream.protocols.responses.runs.EventLog`; :meth:`ended` closes it and ends the run."""
+    :class:`~sagestream.protocols.responses.runs.EventLog`; :meth:`ended` (after the response is closed)
+    closes it and ends the run. A background run's (``background``) was begun when it was queued, and its log
+    watches for a cancel or a delete (``stopped``), which the pipeline reads between two deltas (``wake_s``)."""
 
-    def __init__(self, inner: ResponsesEncoder, runs: Runs, owner: str) -> None:
+    def __init__(self, inner: ResponsesEncoder, runs: Runs, owner: str, *, background: bool = False) -> None:
         self.inner = inner
         self.runs = runs
         self.owner = owner
+        self.background = background
+        self.wake_s = CANCEL_CHECK_S if background else None
         self.log: EventLog | None = None
         self._seq = 0
+        if background:
+            self.log = EventLog(runs, inner.id, owner, watch_s=CANCEL_CHECK_S)
 
     @property
     def final(self) -> bytes | None:
         return self.inner.final
+
+    @property
+    def stopped(self) -> bool:
+        return self.log is not None and self.log.stopped
+
+    @property
+    def outcome(self) -> str:
+        """The run's status as this encoder ends it."""
+        if self.stopped:
+            return "cancelled"
+        final = self.inner.final
+        return str(json.loads(final)["status"]) if final is not None else "failed"
 
     def _kept(self, data: bytes) -> bytes:
         if self.log is None:
@@ -437,19 +425,30 @@ class ResumableEncoder:
         return self._kept(self.inner.error(err))
 
     def ended(self) -> None:
-        """After the stream, however it ended: the rest of its events written, and its state ended."""
+        """After the response is closed, however it ended: the rest of its events written, and its state ended
+        (a run deleted while it ran leaves nothing behind)."""
         if self.log is None:
             return
+        if self.background and self.inner.final is None and self.inner.failed is None and not self.stopped:
+            # Ended before its answer (the endpoint refused or failed before the stream): its followers are told.
+            self.error(APIError(502, "The run ended before its answer.", type="server_error", code="server_error"))
         self.log.close()
         final = self.inner.final or self.inner.failed
-        # No end event written: the client left, and the upstream stream was closed with it.
-        response = json.loads(final) if final is not None else {**json.loads(self.inner.snapshot("failed"))}
+        # No end event written: the client left, and the upstream stream was closed with it; or it was cancelled.
+        response = json.loads(final) if final is not None else json.loads(self.inner.snapshot("failed"))
+        if self.stopped:
+            response["status"] = "cancelled"
         try:
-            self.runs.finish(self.inner.id, response["status"], response)
+            if (
+                not self.runs.finish(self.inner.id, response["status"], response)
+                and self.runs.state(self.inner.id, self.owner) is None
+            ):
+                self.runs.delete_items(self.inner.id)  # deleted while it ran: what it wrote since goes too
         except StoreError as exc:
             logger.error("the run of %s could not be ended: %s", self.inner.id, exc)
 
 
-def resumable(encoder: ResponsesEncoder, cfg: Config, owner: str) -> ResumableEncoder:
-    """``encoder``, its events also kept for followers (``owner``: the caller, as the parse was told)."""
-    return ResumableEncoder(encoder, runs_for(cfg), owner_of(owner))
+def resumable(encoder: ResponsesEncoder, cfg: Config, owner: str, *, background: bool = False) -> ResumableEncoder:
+    """``encoder``, its events also kept for followers (``owner``: the caller, as the parse was told; a
+    background run's: the digest its job keeps)."""
+    return ResumableEncoder(encoder, runs_for(cfg), owner if background else owner_of(owner), background=background)

@@ -230,6 +230,9 @@ class ResponseCreateRequest(Strict, dict=True, kw_only=True):
         _stored: bool
         _background: bool
         _owner: str
+        _owner_digest: str  # a background run's owner, as its job keeps it
+        _response_id: str  # a background run's id and creation time, made when it was queued
+        _created_at: int
 
     def sent(self) -> dict[str, Any]:
         """The fields the client sent with a value (not null), as the JSON values it sent."""

@@ -132,7 +132,7 @@ class Runs:
         self.store = store
 
     def _call(self, operation: str, **args: Any) -> Any:
-        return self.store._call(operation, TableName=self.store.table, **args)
+        return self.store._call(operation, **args)
 
     def _expires(self) -> dict[str, str]:
         return {"N": str(int(time.time()) + self.store.ttl_s)}
@@ -140,7 +140,8 @@ class Runs:
     def begin(
         self, response_id: str, owner: str, response: dict[str, Any], *, background: bool, job: Any = None
     ) -> None:
-        """A new run: ``queued`` with its job (a background run), or ``in_progress`` (a stream that runs here)."""
+        """A new run: ``queued`` with its job (a background run another invocation answers), or ``in_progress``
+        (one that runs here: a foreground stream, or a background one its creator streams)."""
         expires = self._expires()
         if job is not None:
             self._call(
@@ -159,7 +160,7 @@ class Runs:
                 **_key(response_id, "state"),
                 "owner": {"S": owner},
                 "expires_at": expires,
-                "status": {"S": "queued" if background else "in_progress"},
+                "status": {"S": "queued" if job is not None else "in_progress"},
                 "started_at": {"N": str(int(time.time()))},
                 "background": {"BOOL": background},
                 "cancel_requested": {"BOOL": False},
@@ -208,7 +209,7 @@ class Runs:
     ) -> None:
         """SET ``sets`` on the state when its status is one of ``expected`` (and ``also`` holds);
         :class:`Conflict` when it is not."""
-        import botocore.exceptions
+        from sagestream.storage import ConditionFailed
 
         names = {f"#{n}": n for n in (*sets, "status", "owner", "background")}
         given = {f":{n}": v for n, v in sets.items()}
@@ -218,20 +219,18 @@ class Runs:
         if not also:
             names = {k: v for k, v in names.items() if k[1:] in sets or k == "#status"}
         try:
-            self.store.client.update_item(
-                TableName=self.store.table,
+            self._call(
+                "update_item",
                 Key=_key(response_id, "state"),
                 UpdateExpression="SET " + ", ".join(f"#{n} = :{n}" for n in sets),
                 ConditionExpression=f"#status IN ({expected_in}){also}",
                 ExpressionAttributeNames=names,
                 ExpressionAttributeValues=given,
             )
-        except botocore.exceptions.ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+        except StoreError as exc:
+            if isinstance(exc.__cause__, ConditionFailed):
                 raise Conflict(response_id) from exc
-            raise StoreError(f"DynamoDB update_item on {self.store.table} failed: {exc}") from exc
-        except botocore.exceptions.BotoCoreError as exc:
-            raise StoreError(f"DynamoDB update_item on {self.store.table} failed: {exc}") from exc
+            raise
 
     def claim(self, response_id: str) -> bool:
         """``queued`` -> ``in_progress``, once: False when it is not queued (run already, or cancelled)."""
@@ -286,15 +285,21 @@ class Runs:
         return True
 
     def cancelled(self, response_id: str) -> bool:
-        """Whether the run was asked to stop (a strongly consistent read of its state)."""
-        item = self._call("get_item", Key=_key(response_id, "state"), ConsistentRead=True).get("Item") or {}
-        return bool(item.get("cancel_requested", {}).get("BOOL"))
+        """Whether the run was asked to stop, or deleted (a strongly consistent read of its state)."""
+        item = self._call("get_item", Key=_key(response_id, "state"), ConsistentRead=True).get("Item")
+        return item is None or bool(item.get("cancel_requested", {}).get("BOOL"))
 
     def delete(self, response_id: str, owner: str) -> bool:
         """Delete the run's items (state, job, events) when they are ``owner``'s; False when there is no such run."""
         item = self._call("get_item", Key=_key(response_id, "state"), ConsistentRead=True).get("Item")
         if item is None or item.get("owner", {}).get("S") != owner:
             return False
+        self.delete_items(response_id)
+        return True
+
+    def delete_items(self, response_id: str) -> None:
+        """Delete every item of the run (its job, its events, its state last: a run half deleted is still found);
+        also what a run wrote after a delete it noticed late."""
         keys = [_key(response_id, "job")]
         more: dict[str, Any] = {}
         while True:
@@ -310,9 +315,8 @@ class Runs:
             if "LastEvaluatedKey" not in answer:
                 break
             more = {"ExclusiveStartKey": answer["LastEvaluatedKey"]}
-        for key in [*keys, _key(response_id, "state")]:  # the state last: a run half deleted is still found
+        for key in [*keys, _key(response_id, "state")]:
             self._call("delete_item", Key=key)
-        return True
 
     def put_events(self, response_id: str, owner: str, batch: Batch) -> int:
         """Write ``batch``; in several items when it is too large for one (split between events). The number of
@@ -386,6 +390,7 @@ class EventLog:
         flush_s: float = FLUSH_S,
         batch_bytes: int = BATCH_BYTES,
         begin: Callable[[], None] | None = None,
+        watch_s: float | None = None,
     ) -> None:
         self.runs = runs
         self.response_id = response_id
@@ -395,6 +400,11 @@ class EventLog:
         self.writes = 0
         self.failures = 0
         self._begin = begin  # run by the thread before its first write (a foreground run's state)
+        # A background run's log also asks, every watch_s, whether the run was cancelled (or deleted): on this
+        # thread, so the stream only reads a flag (`stopped`) between two deltas, never the table.
+        self.watch_s = watch_s
+        self.stopped = False
+        self._watched = time.monotonic()
         self._pending: list[bytes] = []
         self._size = 0
         self._first = 0  # the first pending event's sequence number
@@ -427,20 +437,34 @@ class EventLog:
         self._thread.join()
 
     def _take(self) -> Batch | None:
-        """The next batch once it is due (None when closed and nothing is left)."""
-        with self._lock:
-            while True:
-                if self._pending:
-                    due = self._since + self.flush_s - time.monotonic()
-                    if self._closed or self._size >= self.batch_bytes or due <= 0:
-                        batch = Batch(self._first, self._next - 1, b"".join(self._pending))
-                        self._pending, self._size = [], 0
-                        return batch
-                    self._lock.wait(due)
-                elif self._closed:
-                    return None
-                else:
-                    self._lock.wait()
+        """The next batch once it is due (None when closed and nothing is left); a background run's log also
+        wakes every ``watch_s`` to ask whether the run was cancelled."""
+        while True:
+            with self._lock:
+                while True:
+                    now = time.monotonic()
+                    if self._pending:
+                        due = self._since + self.flush_s - now
+                        if self._closed or self._size >= self.batch_bytes or due <= 0:
+                            batch = Batch(self._first, self._next - 1, b"".join(self._pending))
+                            self._pending, self._size = [], 0
+                            return batch
+                    elif self._closed:
+                        return None
+                    else:
+                        due = None
+                    watch = None if self.watch_s is None else self._watched + self.watch_s - now
+                    if watch is not None and watch <= 0:
+                        break  # time to ask the table, outside the lock
+                    waits = [w for w in (due, watch) if w is not None]
+                    self._lock.wait(min(waits) if waits else None)
+            self._watched = time.monotonic()
+            try:
+                if self.runs.cancelled(self.response_id):
+                    self.stopped = True
+                    self.watch_s = None  # once is enough
+            except StoreError as exc:
+                logger.warning("whether %s was cancelled could not be read: %s", self.response_id, exc)
 
     def _run(self) -> None:
         if self._begin is not None:

@@ -74,21 +74,20 @@ def decode(data: bytes) -> Any:
 
 
 class DynamoStore:
-    """The table, through one botocore DynamoDB client made on first use (a deployment that serves no stored
-    response never pays for it)."""
+    """The table, through the process's one DynamoDB client (:mod:`sagestream.storage`), made with the store at
+    init (:func:`sagestream.protocols.responses.stored.store_for`), never on a request; every call bounded in
+    total by that module's deadline rule."""
 
     def __init__(self, table: str, ttl_s: int, client: Any = None) -> None:
+        from sagestream.storage import Table
+
         self.table = table
         self.ttl_s = ttl_s
-        self._client = client
+        self.db = Table(table, client)
 
     @property
     def client(self) -> Any:
-        if self._client is None:
-            import botocore.session
-
-            self._client = botocore.session.get_session().create_client("dynamodb")
-        return self._client
+        return self.db.client
 
     def put(self, response_id: str, owner: str, response: dict[str, Any], input_items: list[Any], depth: int) -> None:
         """Store a response once; :class:`StoreError` if it cannot be (or was already) written."""
@@ -109,7 +108,6 @@ class DynamoStore:
                 item["parts"] = {"N": str(len(parts))}
             self._call(
                 "put_item",
-                TableName=self.table,
                 Item=item,
                 ConditionExpression="attribute_not_exists(id)",
             )
@@ -131,7 +129,7 @@ class DynamoStore:
             return False
         for item in items:
             key = {"id": item["id"], "part": item["part"]}
-            self._call("delete_item", TableName=self.table, Key=key)
+            self._call("delete_item", Key=key)
         return True
 
     def _items(self, response_id: str) -> list[dict[str, Any]]:
@@ -141,7 +139,6 @@ class DynamoStore:
         while True:
             answer = self._call(
                 "query",
-                TableName=self.table,
                 KeyConditionExpression="id = :id",
                 ExpressionAttributeValues={":id": {"S": response_id}},
                 ConsistentRead=True,
@@ -157,10 +154,12 @@ class DynamoStore:
         expired = int(first.get("expires_at", {}).get("N", "0")) <= time.time()
         return first.get("owner", {}).get("S") == owner and not expired
 
-    def _call(self, operation: str, **args: Any) -> Any:
-        import botocore.exceptions
+    def _call(self, operation: str, *, deadline: float | None = None, **args: Any) -> Any:
+        """One call on the table (:meth:`sagestream.storage.Table.call`); its failure as :class:`StoreError`."""
+        from sagestream.storage import StorageError
 
+        args.pop("TableName", None)  # the table is the store's own
         try:
-            return getattr(self.client, operation)(**args)
-        except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as exc:
-            raise StoreError(f"DynamoDB {operation} on {self.table} failed: {exc}") from exc
+            return self.db.call(operation, deadline=deadline, attempts=3, **args)
+        except StorageError as exc:
+            raise StoreError(str(exc)) from exc

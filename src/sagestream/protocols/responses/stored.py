@@ -27,11 +27,13 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from sagestream.errors import APIError
+from sagestream.protocols.responses.runs import ACTIVE, Runs
 from sagestream.protocols.responses.store import DynamoStore, Stored, StoreError, owner_of
 
 if TYPE_CHECKING:
@@ -41,6 +43,7 @@ __all__ = [
     "continued",
     "input_items_page",
     "not_found",
+    "runs_for",
     "save",
     "store_for",
     "this_input",
@@ -50,8 +53,9 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-# One store per table, made on first use and kept across invocations (its botocore client is made lazily too).
+# One store per table, made at init (sagestream.protocols.responses.at_init) and kept across invocations.
 _STORES: dict[str, DynamoStore] = {}
+_RUNS: dict[str, Runs] = {}
 
 
 def store_for(cfg: Config) -> DynamoStore | None:
@@ -62,6 +66,17 @@ def store_for(cfg: Config) -> DynamoStore | None:
     if store is None:
         store = _STORES[cfg.responses_table] = DynamoStore(cfg.responses_table, cfg.responses_ttl_days * 86_400)
     return store
+
+
+def runs_for(cfg: Config) -> Runs:
+    """The runs (state, job, events) on ``cfg``'s store; :class:`StoreError` without one."""
+    store = store_for(cfg)
+    if store is None:
+        raise StoreError("no store is configured")
+    runs = _RUNS.get(store.table)
+    if runs is None:
+        runs = _RUNS[store.table] = Runs(store)
+    return runs
 
 
 def not_found(response_id: str, param: str | None = None) -> APIError:
@@ -81,7 +96,7 @@ def continued(data: dict[str, Any], cfg: Config, owner: str) -> tuple[dict[str, 
     if store is None or not isinstance(previous, str):
         return data, Stored({}, [], 0)  # the parser refuses it by name (no store), or by type
     try:
-        stored = store.get(previous, owner_of(owner))
+        stored = _read_settled(store, cfg, previous, owner_of(owner))
     except StoreError as exc:
         raise unavailable(exc) from exc
     if stored is None:
@@ -95,6 +110,30 @@ def continued(data: dict[str, Any], cfg: Config, owner: str) -> tuple[dict[str, 
     history = [*stored.input_items, *stored.response.get("output", [])]
     rest = {k: v for k, v in data.items() if k != "previous_response_id"}
     return {**rest, "input": [*history, *this_input(data.get("input"))]}, stored
+
+
+# How long a continuation waits for the response it names to be stored, when that response's stream has ended
+# for its client but its invocation is still storing it (which happens after the answer's last byte).
+SETTLE_WAIT_S = 3.0
+SETTLE_POLL_S = 0.05
+
+
+def _read_settled(store: DynamoStore, cfg: Config, response_id: str, owner: str) -> Stored | None:
+    """The stored response; when it is not there yet but its run is still active (its answer written, its store
+    write not done), read again until it is, for at most :data:`SETTLE_WAIT_S`."""
+    found = store.get(response_id, owner)
+    if found is not None or not cfg.responses_resumable_streams:
+        return found
+    ends = time.monotonic() + SETTLE_WAIT_S
+    while time.monotonic() < ends:
+        state = runs_for(cfg).state(response_id, owner)
+        if state is None or state.status not in ACTIVE or state.background:
+            return store.get(response_id, owner)  # ended meanwhile (its store write came first), or none
+        time.sleep(SETTLE_POLL_S)
+        found = store.get(response_id, owner)
+        if found is not None:
+            return found
+    return None
 
 
 def this_input(value: Any) -> list[Any]:
