@@ -14,6 +14,7 @@ Example::
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import TYPE_CHECKING
 
@@ -25,6 +26,7 @@ from sagestream.function_url import media_type
 from sagestream.sagemaker_ids import UpstreamIds
 
 if TYPE_CHECKING:
+    from sagestream.auth import Authenticator
     from sagestream.call import Call
     from sagestream.config import Config
     from sagestream.http import Request
@@ -148,13 +150,22 @@ def upstream_ids(call: Call, cfg: Config, prompt_cache_key: str | None) -> Upstr
     return UpstreamIds.of(call.context.aws_request_id, prefix)
 
 
-def owner(config: Config, call: Call) -> str:
+def owner(config: Config, call: Call, auth: Authenticator | None = None) -> str:
     """Who is asking, as what they keep is kept by (stored responses): the token's issuer and subject, the
-    API key, the signing IAM principal; with ``AUTH_MODE=none`` everyone is one caller."""
+    API key that authenticated the request (the one ``auth`` matched, whichever header carried it, however many
+    the request presents; behind a REST front, the ``x-api-key`` API Gateway checked), the signing IAM principal;
+    with ``AUTH_MODE=none`` everyone is one caller."""
     if call.identity is not None:
         return f"jwt:{config.jwt_issuer}:{call.identity.sub}"
     if config.auth_mode == "api_key":
-        return "key:" + ",".join(sorted(presented_keys(call.request.headers)))
+        headers = call.request.headers
+        if config.api_key_source == "gateway":
+            return "key:" + headers.get("x-api-key", "").strip()
+        presented = presented_keys(headers)
+        matched = auth.matched_key(headers) if auth is not None else None
+        if matched is not None:
+            presented = [k for k in presented if hashlib.sha256(k.encode("utf-8")).hexdigest() == matched[0]]
+        return "key:" + (presented[0] if presented else "")
     if call.request.caller:
         return "iam:" + call.request.caller
     return "anyone"
