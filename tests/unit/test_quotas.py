@@ -131,12 +131,29 @@ def test_who_a_request_counts_against() -> None:
     assert quotas.subject("iam", caller="arn:aws:iam::1:user/x").key == "iam:arn:aws:iam::1:user/x"
     role = "arn:aws:sts::1:assumed-role/app"
     assert quotas.subject("iam", caller=role + "/session-a") == quotas.subject("iam", caller=role + "/session-b")
+    federated = {quotas.subject("iam", caller=f"arn:aws:sts::1:federated-user/user-{n}") for n in range(5)}
+    assert federated == {Subject("iam:arn:aws:sts::1:federated-user", ("iam:arn:aws:sts::1:federated-user",))}
+    assert quotas.subject("iam", caller="arn:aws:sts::2:federated-user/user-0") not in federated, "another account"
     assert (
         quotas.subject("jwt", issuer="https://a", sub="u1").key
         != quotas.subject("jwt", issuer="https://b", sub="u1").key
     )
     assert quotas.subject("none", source_ip="203.0.113.9").key == "ip:203.0.113.9"
     assert quotas.subject("iam").key == "anyone"
+
+
+def test_the_federated_users_of_one_account_share_its_quota(db: LocalDynamoDB) -> None:
+    m = meter(db, "requests_per_minute=2")
+    account = f"{uuid.uuid4().int % 10**12:012d}"  # an account of its own per run: the server's counts outlive it
+    outcomes = []
+    for n in range(5):  # five names minted by GetFederationToken: each the minter's choice
+        who = quotas.subject("iam", caller=f"arn:aws:sts::{account}:federated-user/user-{n}")
+        try:
+            m.reserve(who, 1, 1, f"r{n}", now=NOON)
+            outcomes.append("held")
+        except APIError as err:
+            outcomes.append(str(err.code))
+    assert outcomes == ["held", "held"] + ["rate_limit_exceeded"] * 3
 
 
 def test_the_windows_are_the_utc_minute_day_and_month() -> None:
