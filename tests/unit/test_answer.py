@@ -84,18 +84,23 @@ def test_without_keep_alives_a_held_stream_writes_nothing_while_it_waits() -> No
     assert time.monotonic() - begun >= 0.05 and not asked.writer.started
 
 
-def test_a_whole_answer_is_kept_and_a_failure_to_keep_it_is_logged_not_raised(caplog: pytest.LogCaptureFixture) -> None:
+def test_a_whole_answer_is_kept_after_the_response_and_a_failure_to_keep_it_is_logged_not_raised(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     kept: list[bytes] = []
     asked = call()
     finish(asked, parsed(kept.append), b'{"id":"resp_1"}')
+    assert kept == [] and len(asked.after) == 1  # nothing before the response is closed
+    asked.after[0]()
     assert kept == [b'{"id":"resp_1"}'] and asked.record.stored is True
 
     def broken(answer: bytes) -> None:
         raise OSError("the table is gone")
 
     failed = call()
+    finish(failed, parsed(broken), b"{}")
     with caplog.at_level(logging.ERROR, logger="sagestream.answer"):
-        finish(failed, parsed(broken), b"{}")
+        failed.after[0]()
     assert failed.record.stored is False and "keeping the answer failed" in caplog.text
 
 

@@ -296,11 +296,11 @@ def status(cfg: Config, caller: str, response_id: str) -> dict[str, Any] | None:
 # --- the run: the asynchronous invocation ------------------------------------------------------------------
 
 
-def run(app: Any, event: Mapping[str, Any], call: Any) -> None:
+def run(app: Any, event: Mapping[str, Any], call: Any, api: Any) -> None:
     """Answer the job of ``event``'s response (once: a second delivery of the event finds it claimed), through the
     app's one pipeline (capacity holds, fallbacks, the record, the store), its events kept in the run's log; the
-    invocation's own answer (Lambda keeps it nowhere; ``make invoke`` shows it) names the outcome."""
-    from sagestream.protocols.responses import RESPONSES
+    invocation's own answer (Lambda keeps it nowhere; ``make invoke`` shows it) names the outcome. ``api``: the
+    Responses API's, whose encoder keeps the run's events."""
     from sagestream.protocols.responses.request import parse_responses, renamed
     from sagestream.sagemaker_ids import UpstreamIds
 
@@ -334,7 +334,7 @@ def run(app: Any, event: Mapping[str, Any], call: Any) -> None:
     # Nobody reads this invocation's answer: the run's events go to its log only, and its outcome is written last.
     call.writer = Writer(_Nobody(), call.context.aws_request_id)
     try:
-        app.answer(call, cfg, RESPONSES, parsed, job["payload"].encode())
+        app.answer(call, cfg, api, parsed, job["payload"].encode())
     finally:
         call.writer = own
         kept = call.encoder
