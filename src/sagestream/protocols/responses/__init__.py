@@ -192,7 +192,7 @@ def _by_id(app: App, call: Any, config: Config, caller: str, *, deadline: float)
     Here, not in ``stored``: a response's run (``background``) reads the store through ``stored``, and the route
     is the one place that needs both. Both modules load on the first such request, never at init."""
     from sagestream.protocols.responses import background, stored
-    from sagestream.protocols.responses.store import StoreError, owner_of
+    from sagestream.protocols.responses.store import StoreError, owner_of, valid_response_id
 
     rest = call.request.path.rstrip("/").removeprefix("/v1/responses/")
     response_id, _, tail = rest.partition("/")
@@ -202,6 +202,8 @@ def _by_id(app: App, call: Any, config: Config, caller: str, *, deadline: float)
         raise APIError.not_found(f"Unknown path {call.request.path}.", code="unknown_url")
     if method not in allowed:
         raise APIError.method_not_allowed(method, call.request.path, ", ".join(allowed))
+    if not valid_response_id(response_id):  # no id this function mints: nobody's response, nor a run's inner item
+        raise stored.not_found(response_id)
     call.writer.head = method == "HEAD"
     if tail == "cancel" or (tail == "" and method != "DELETE" and call.request.query.get("stream") == "true"):
         if tail == "cancel":

@@ -33,12 +33,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 import zlib
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["PART_BYTES", "DynamoStore", "StoreError", "Stored", "decode", "encode", "owner_of"]
+__all__ = ["PART_BYTES", "DynamoStore", "StoreError", "Stored", "decode", "encode", "owner_of", "valid_response_id"]
 
 # Compressed bytes per item: DynamoDB's 400 KB item limit counts attribute names and values; the other
 # attributes of an item are well under a kilobyte.
@@ -58,6 +59,21 @@ class Stored:
     response: dict[str, Any]
     input_items: list[Any]
     depth: int
+
+
+# The ids this function mints for responses (``new_id("resp_")`` in sagestream.protocols._wire): nothing else is
+# ever a key of the store or of a run, so nothing else is looked up. An id of another shape would reach items
+# that are not responses (a run's ``<id>#state``) or pass DynamoDB's 2,048-byte key limit.
+_RESPONSE_ID = re.compile(r"resp_[0-9a-f]{32}")
+
+
+def valid_response_id(text: object) -> bool:
+    """Whether ``text`` has the shape of a response id this function mints; any other is no response's.
+
+    >>> valid_response_id("resp_" + "0a" * 16), valid_response_id("resp_" + "0a" * 16 + "#state")
+    (True, False)
+    """
+    return isinstance(text, str) and _RESPONSE_ID.fullmatch(text) is not None
 
 
 def owner_of(identity: str) -> str:

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from sagestream.errors import APIError
 from sagestream.protocols.responses.runs import ACTIVE, Runs
-from sagestream.protocols.responses.store import DynamoStore, Stored, StoreError, owner_of
+from sagestream.protocols.responses.store import DynamoStore, Stored, StoreError, owner_of, valid_response_id
 
 if TYPE_CHECKING:
     from sagestream.config import Config
@@ -95,6 +95,8 @@ def continued(data: dict[str, Any], cfg: Config, owner: str) -> tuple[dict[str, 
     previous = data.get("previous_response_id")
     if store is None or not isinstance(previous, str):
         return data, Stored({}, [], 0)  # the parser refuses it by name (no store), or by type
+    if not valid_response_id(previous):  # no id this function mints: nobody's response, nor a run's inner item
+        raise not_found(previous, "previous_response_id")
     try:
         stored = _read_settled(store, cfg, previous, owner_of(owner))
     except StoreError as exc:

@@ -10,6 +10,7 @@ import pytest
 
 from sagestream.config import Config
 from sagestream.errors import APIError
+from sagestream.protocols._wire import new_id
 from sagestream.protocols.responses import stored
 from sagestream.protocols.responses.store import owner_of
 from sagestream_local.dynamodb import LocalDynamoDB
@@ -46,8 +47,9 @@ def test_a_continuation_is_the_stored_input_its_output_then_the_new_input(cfg: C
     store = stored.store_for(cfg)
     assert store is not None
     first_input = [{"type": "message", "role": "user", "content": "Hi"}]
-    store.put("resp_a", owner_of("key:k"), response("resp_a", "Hello"), first_input, depth=1)
-    data, continues = stored.continued({"previous_response_id": "resp_a", "input": "Again"}, cfg, "key:k")
+    first = new_id("resp_")  # the shape of the ids the function mints: no other is looked up
+    store.put(first, owner_of("key:k"), response(first, "Hello"), first_input, depth=1)
+    data, continues = stored.continued({"previous_response_id": first, "input": "Again"}, cfg, "key:k")
     assert "previous_response_id" not in data and continues.depth == 1
     assert [item.get("role") for item in data["input"]] == ["user", "assistant", "user"]
     assert data["input"][-1]["content"] == "Again"
@@ -56,11 +58,14 @@ def test_a_continuation_is_the_stored_input_its_output_then_the_new_input(cfg: C
 def test_another_callers_or_an_unknown_id_is_a_404_and_a_long_chain_a_400(cfg: Config) -> None:
     store = stored.store_for(cfg)
     assert store is not None
-    store.put("resp_deep", owner_of("key:k"), response("resp_deep", "x"), [], depth=2)
+    deep = new_id("resp_")
+    store.put(deep, owner_of("key:k"), response(deep, "x"), [], depth=2)
     for owner, response_id, status in (
-        ("key:other", "resp_deep", 404),
+        ("key:other", deep, 404),
+        ("key:k", new_id("resp_"), 404),
         ("key:k", "resp_none", 404),
-        ("key:k", "resp_deep", 400),
+        ("key:k", deep + "#state", 404),
+        ("key:k", deep, 400),
     ):
         with pytest.raises(APIError) as caught:
             stored.continued({"previous_response_id": response_id, "input": "x"}, cfg, owner)
