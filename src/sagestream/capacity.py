@@ -10,6 +10,12 @@ copy has started (minutes); a busy one throttles; a model still loading is ``Mod
   environment skip it (the cooldowns live at module level, as the clients do: they outlive an invocation and
   hold nothing of one). All this happens before the call has an answer, so before the response's first byte;
   once a stream has started it is never moved (a client cannot be given half of two answers).
+- **Circuit breakers.** Every call goes through its target's :class:`~sagestream.breaker.Breaker`: an open one
+  refuses it at once (:class:`~sagestream.breaker.BreakerOpen`, a 503 with ``Retry-After``), which passes to the
+  next upstream as any 5xx does; each call's outcome is reported to it, and the upstream client's own retries
+  through :data:`sagestream.breaker.calling`. A held request waits out a breaker opened on capacity faults as it
+  waits out the faults (one call per cooldown, the probe, instead of one per held request per round); one opened
+  on failures ends the request at once.
 - **Holding.** When every upstream answered a capacity fault, the request is held: the round is tried again
   after a capped exponential backoff with full jitter (``random() * min(cap, base * 2**n)``: AWS's "Exponential
   Backoff And Jitter", which spreads the held requests of a cold endpoint instead of waking them together), for
@@ -19,8 +25,8 @@ copy has started (minutes); a busy one throttles; a model still loading is ``Mod
   Past the wait (or with it 0) the last fault is raised: a 503 (``no_capacity``, ``model_not_ready``) or 429
   (``rate_limited``) with ``Retry-After``, in the route's own error shape.
 
-Environment variables read: none (``COLD_WAIT_S``, ``FALLBACK_COOLDOWN_S`` and ``MODELS`` through
-:mod:`sagestream.config`).
+Environment variables read: none (``COLD_WAIT_S``, ``FALLBACK_COOLDOWN_S``, ``MODELS`` and the ``BREAKER_*``
+settings through :mod:`sagestream.config`).
 
 Example::
 
@@ -35,7 +41,7 @@ Example::
     'answer from small'
     >>> held.target, held.fallback, cooling("big")
     ('small', True, True)
-    >>> forget_cooldowns()
+    >>> forget_cooldowns(); forget_breakers()
 """
 
 from __future__ import annotations
@@ -48,13 +54,14 @@ from typing import TYPE_CHECKING, TypeVar
 
 import msgspec
 
-from sagestream.errors import DEADLINE_EXCEEDED, APIError
+from sagestream.breaker import HALF_OPEN, OPEN, OPENED, BreakerOpen, breaker_for, calling, forget_breakers, trouble
+from sagestream.errors import APIError
 from sagestream.faults import CAPACITY_FAULTS
 
 if TYPE_CHECKING:
     from sagestream.config import Config
 
-__all__ = ["Held", "backoff_s", "cooling", "first_answer", "forget_cooldowns", "target_name"]
+__all__ = ["Held", "backoff_s", "cooling", "first_answer", "forget_breakers", "forget_cooldowns", "target_name"]
 
 T = TypeVar("T")
 
@@ -78,6 +85,17 @@ class Held(msgspec.Struct, forbid_unknown_fields=True):
     fallback: bool = False  # was it another than the model's own
     rounds: int = 0  # rounds waited for while held (0: not held)
     waited_s: float = 0.0  # from the first capacity fault to the answer (or to giving up), when held
+    # What it met of the targets' circuit breakers (sagestream.breaker): None (all closed), "open" (a call was
+    # refused), "half_open" (it probed one), "opened" (its failure opened one); the most telling of them.
+    breaker: str | None = None
+
+    def met(self, event: str | None) -> None:
+        """Note a breaker event, keeping the most telling: opened, then refused, then probed."""
+        if event is not None and _TELLING.index(event) > _TELLING.index(self.breaker):
+            self.breaker = event
+
+
+_TELLING = (None, HALF_OPEN, OPEN, OPENED)
 
 
 def target_name(cfg: Config) -> str:
@@ -101,7 +119,7 @@ def backoff_s(round_: int, *, rand: Callable[[], float] = random.random) -> floa
     >>> backoff_s(0, rand=lambda: 1.0), backoff_s(3, rand=lambda: 1.0), backoff_s(10, rand=lambda: 1.0)
     (0.5, 4.0, 10.0)
     """
-    return float(rand() * min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2.0**round_))
+    return float(rand() * min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2.0 ** min(round_, 32)))  # 2**1024 overflows
 
 
 def cooling(name: str, now: float | None = None) -> bool:
@@ -128,11 +146,40 @@ def _warm(name: str) -> None:
 
 
 def moves_on(err: APIError) -> bool:
-    """Whether another upstream may do better: a capacity fault, or a 5xx of the endpoint or the way to it (not
-    the function's own deadline, nor its credentials: another upstream would meet both alike)."""
-    if err.code in CAPACITY_FAULTS:
-        return True
-    return err.status >= 500 and err.code not in (DEADLINE_EXCEEDED, "internal_error")
+    """Whether another upstream may do better: a capacity fault, a 5xx of the endpoint or the way to it (not
+    the function's own deadline, nor its credentials: another upstream would meet both alike), or an open
+    breaker."""
+    return isinstance(err, BreakerOpen) or trouble(err)
+
+
+def holds(err: APIError) -> bool:
+    """Whether a held request may wait ``err`` out: a capacity fault, or a breaker opened on them."""
+    return err.code in CAPACITY_FAULTS or (isinstance(err, BreakerOpen) and err.capacity)
+
+
+def _ask(call: Callable[[Config], T], upstream: Config, name: str, held: Held) -> T:
+    """``call(upstream)`` through the target's breaker: refused at once when it is open; the outcome told."""
+    breaker = breaker_for(name, upstream)
+    if breaker is None:
+        return call(upstream)
+    try:
+        ticket = breaker.ask()
+    except BreakerOpen:
+        held.met(OPEN)
+        raise
+    token = calling.set(ticket)  # the upstream client's retries count through it
+    try:
+        answer = call(upstream)
+    except APIError as err:
+        ticket.failed(err)
+        raise
+    else:
+        ticket.answered()
+        return answer
+    finally:
+        calling.reset(token)
+        ticket.ended()  # anything else (a client gone): no verdict, and a probe's place is free again
+        held.met(ticket.event)
 
 
 def first_answer(
@@ -158,15 +205,16 @@ def first_answer(
     several = len(upstreams) > 1
     names = [target_name(u) for u in upstreams]
     held_since: float | None = None
+    told: APIError | None = None  # the last capacity fault an endpoint answered, for a hold that ends refused
     while True:
         faults: list[APIError] = []
         for index in _order(names):
             try:
-                answer = call(upstreams[index])
+                answer = _ask(call, upstreams[index], names[index], held)
             except APIError as err:
-                if not moves_on(err) or (not several and err.code not in CAPACITY_FAULTS):
+                if not moves_on(err) or (not several and not holds(err)):
                     raise
-                if several:
+                if several and not isinstance(err, BreakerOpen):
                     _cool(names[index], cooldown_s)
                 faults.append(err)
                 continue
@@ -176,12 +224,17 @@ def first_answer(
             if held_since is not None:
                 held.waited_s = time.monotonic() - held_since
             return answer
-        # What the client is told if this is the end: the first capacity fault (its Retry-After), else the last 5xx.
-        last = next((f for f in faults if f.code in CAPACITY_FAULTS), faults[-1])
+        # What the client is told if this is the end: the first capacity fault (its Retry-After), else the last 5xx;
+        # a held request refused by a breaker is told the endpoint's own last capacity fault, when it had one.
+        answered = next((f for f in faults if f.code in CAPACITY_FAULTS), None)
+        told = answered or told
+        last = answered or next((f for f in faults if holds(f)), faults[-1])
+        if isinstance(last, BreakerOpen) and last.capacity and told is not None:
+            last = told
         now = time.monotonic()
         held_since = now if held_since is None else held_since
         held.waited_s = now - held_since
-        if last.code not in CAPACITY_FAULTS or now >= held_since + cold_wait_s:
+        if not holds(last) or now >= held_since + cold_wait_s:
             raise last  # a 5xx everywhere is not worth holding for; or the wait is over
         delay = min(backoff_s(held.rounds), held_since + cold_wait_s - now)
         if now + delay + _ROUND_FLOOR_S >= deadline:

@@ -261,6 +261,11 @@ class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     cold_wait_s: float = 0.0
     fallback_cooldown_s: float = 30.0
     fallbacks: tuple[Fallback, ...] = ()
+    # The circuit breaker per upstream target (sagestream.breaker): trouble in a row that opens it (0: off), and
+    # its first and longest cooldown.
+    breaker_failures: int = 5
+    breaker_cooldown_s: float = 10.0
+    breaker_max_cooldown_s: float = 120.0
     # Every model served, the first the default; the one-model case is the single settings above.
     models: tuple[ModelTarget, ...] = ()
 

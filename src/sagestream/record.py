@@ -171,6 +171,9 @@ class StreamRecord(msgspec.Struct, forbid_unknown_fields=True):
     fallback: bool = False
     cold_wait_rounds: int = 0
     cold_wait_ms: float | None = None
+    # The circuit breakers (sagestream.breaker) as the request met them (sagestream.capacity.Held.breaker): None
+    # (closed), "open" (a call refused), "half_open" (it probed a target), "opened" (its failure opened one).
+    breaker: str | None = None
     # Quotas (sagestream.quotas): who the request counted against, what came of its reservation (reserved,
     # refused, unavailable), the tokens it was charged, and its settle's retries and failure.
     quota_subject: str | None = None
@@ -226,5 +229,6 @@ class StreamRecord(msgspec.Struct, forbid_unknown_fields=True):
     def fail(self, err: APIError) -> None:
         """The invocation ended with ``err`` (as a status before the first byte, or as an SSE error event)."""
         self.status, self.error_type, self.error_code = err.status, err.type, err.code
+        self.breaker = self.breaker or getattr(err, "breaker", None)  # refused by an open breaker
         if err.code == DEADLINE_EXCEEDED:
             self.deadline_stop = True

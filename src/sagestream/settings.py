@@ -330,6 +330,34 @@ SETTINGS: tuple[Setting, ...] = (
         value_doc="seconds ≥ 0",
     ),
     Setting(
+        "BREAKER_FAILURES",
+        "whole",
+        "endpoint calls in a row (the function's own retries included) that failed with a 5xx, a broken "
+        "connection, a timeout, no capacity or throttling, after which a target's circuit breaker opens: its "
+        "requests get a 503 `breaker_open` with `Retry-After` (or its model's fallback) without calling it, "
+        "per execution environment; `0` turns the breaker off (see [Circuit breaker](#circuit-breaker))",
+        default=5,
+        field="breaker_failures",
+    ),
+    Setting(
+        "BREAKER_COOLDOWN_S",
+        "number",
+        "how long an open breaker refuses calls before one request probes the target; each failed probe doubles it",
+        default=10.0,
+        field="breaker_cooldown_s",
+        check=_positive,
+        value_doc="seconds > 0",
+    ),
+    Setting(
+        "BREAKER_MAX_COOLDOWN_S",
+        "number",
+        "the longest an open breaker's cooldown grows to",
+        default=120.0,
+        field="breaker_max_cooldown_s",
+        check=_positive,
+        value_doc="seconds > 0",
+    ),
+    Setting(
         "SERVE_UI",
         "flag",
         "serve the chat page at `/`",

@@ -18,10 +18,11 @@ invocation), ``method``, ``path``, ``status``, ``model``, ``endpoint``, ``dialec
 ``output_tokens``, ``ttft_ms``, ``upstream_ttfb_ms``, ``duration_ms``, ``itl_median_ms``, ``itl_max_ms``,
 ``finish_reason``, ``error_type``, ``error_code``, ``client_disconnected``, ``deadline_stop``,
 ``cold_start``, ``keepalives`` (only when there were any: SSE comments written while the endpoint was
-silent), ``noops`` (only when there were any: each request field or header accepted as a documented
-no-op, by the client's name, with its count) and, with ``AUTH_MODE=iam``, ``caller`` (the signing IAM
-principal; with ``AUTH_MODE=jwt`` the
-token's ``sub``, and ``caller_client_id`` and ``caller_username`` where the token has them; never the token).
+silent), ``breaker`` (only when a target's circuit breaker was not simply closed: ``open``, a call refused;
+``half_open``, the request probed it; ``opened``, its failure opened it), ``noops`` (only when there were
+any: each request field or header accepted as a documented no-op, by the client's name, with its count) and,
+with ``AUTH_MODE=iam``, ``caller`` (the signing IAM principal; with ``AUTH_MODE=jwt`` the token's ``sub``, and
+``caller_client_id`` and ``caller_username`` where the token has them; never the token).
 Prompts and completions appear (``prompt``, ``completion``) only with ``LOG_PAYLOADS=true``. The function's
 own cost, the part Lambda bills and a smaller ``MemorySize`` slows down: ``cpu_ms`` (CPU of the invocation's
 thread from the event's arrival to the record; the process's, with one invocation at a time), ``ttft_cpu_ms``
@@ -38,7 +39,9 @@ the start of the invocation:
 - ``InterTokenLatencyMedian`` and ``InterTokenLatencyMax``: the median and the largest gap between
   consecutive deltas of the stream (two metrics, so that each keeps meaningful statistics);
 - ``OutputTokens``, ``StreamDuration`` (to the end of the response) on the completion routes;
-- ``ClientDisconnects`` and ``DeadlineStops``: 1 or 0, on every invocation.
+- ``ClientDisconnects`` and ``DeadlineStops``: 1 or 0, on every invocation;
+- ``BreakerOpen`` (1: the request's failure opened a target's circuit breaker) and ``BreakerRefusals`` (1: a call
+  was refused by an open one), where the log record has ``breaker``.
 
 Beside it, in records of their own because EMF dimensions are per record: ``UpstreamErrors`` (1, with an
 ``ErrorType`` dimension, the error's code, e.g. ``model_stream_error``) when the endpoint or the path
@@ -161,6 +164,8 @@ def invocation_fields(
     if record.cold_wait_ms is not None:
         fields["cold_wait_rounds"] = record.cold_wait_rounds
         fields["cold_wait_ms"] = round(record.cold_wait_ms, 3)
+    if record.breaker is not None:
+        fields["breaker"] = record.breaker  # refused ("open"), probed ("half_open"), or "opened" a breaker
     if record.stored is not None:
         fields["stored"] = record.stored
     if record.quota is not None:  # QUOTAS: who it counted against (never a key: its name or fingerprint), and how
@@ -227,6 +232,9 @@ def invocation_metrics(
         main.add_metric("ColdWaitTime", ms, record.cold_wait_ms)
     if record.target is not None:  # a model with fallbacks, served: by one of them (1) or by its own (0)
         main.add_metric("Fallbacks", MetricUnit.Count, int(record.fallback))
+    if record.breaker is not None:  # a circuit breaker: opened by this request's failure; a call refused by one
+        main.add_metric("BreakerOpen", MetricUnit.Count, int(record.breaker == "opened"))
+        main.add_metric("BreakerRefusals", MetricUnit.Count, int(record.breaker == "open"))
     if record.quota is not None:  # QUOTAS: refused over a limit, or DynamoDB not reached; charged, and settled
         main.add_metric("QuotaRefusals", MetricUnit.Count, int(record.quota == "refused"))
         main.add_metric("QuotaUnavailable", MetricUnit.Count, int(record.quota == "unavailable"))

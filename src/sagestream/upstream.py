@@ -45,9 +45,11 @@ from typing import Any
 
 import botocore.config
 import botocore.exceptions
+import botocore.retries.standard
 import botocore.session
 
 from sagestream import __version__
+from sagestream.breaker import calling
 from sagestream.config import Config
 from sagestream.eventstream import FrameReader, MalformedFrame
 from sagestream.faults import DeadlineReached, error_from
@@ -93,7 +95,8 @@ def make_client(config: Config) -> Any:
             read_timeout=config.read_timeout_s,
             # Retries can only happen before the stream starts: botocore retries the call, not the stream.
             # Standard mode retries throttling and 500/502/503/504 only, so a container's own refusal
-            # (ModelError, 424) reaches the client once, whatever UPSTREAM_MAX_ATTEMPTS says.
+            # (ModelError, 424) reaches the client once, whatever UPSTREAM_MAX_ATTEMPTS says; _retry_rules
+            # narrows that further (no InternalFailure again; each retry counted by the target's breaker).
             # total_max_attempts counts the first call; botocore's max_attempts would count retries only.
             retries={"mode": "standard", "total_max_attempts": config.max_attempts},
             tcp_keepalive=True,
@@ -112,7 +115,12 @@ def make_client(config: Config) -> Any:
     client.meta.events.register(
         "before-send.sagemaker-runtime", functools.partial(_bound_by_deadline, read_timeout_s=config.read_timeout_s)
     )
-    client.meta.events.register_first("needs-retry.sagemaker-runtime", _no_retry_past_deadline)
+    client.meta.events.register_first(
+        "needs-retry.sagemaker-runtime",
+        functools.partial(
+            _retry_rules, retryable=botocore.retries.standard.StandardRetryConditions(max_attempts=config.max_attempts)
+        ),
+    )
     return client
 
 
@@ -147,13 +155,42 @@ def _bound_by_deadline(request: Any, *, read_timeout_s: float, **_: Any) -> None
         context["read_timeout"] = min(read_timeout_s, left)
 
 
-def _no_retry_past_deadline(response: Any = None, caught_exception: Any = None, **_: Any) -> None:
-    """``needs-retry``, before botocore's own handler: a failed attempt at the deadline is the deadline's 504,
-    not a retry sent to the endpoint with no time to answer."""
-    deadline = _call_deadline.get()
+# SageMaker's errors that a retry would meet again: its InternalFailure (500) is the endpoint failing the request
+# itself, not a transient fault on the way (botocore's standard mode retries every 500 alike).
+_SAME_AGAIN = frozenset({"InternalFailure"})
+_retry_context = botocore.retries.standard.RetryEventAdapter().create_retry_context
+
+
+def _retry_rules(
+    response: Any = None, caught_exception: Any = None, *, retryable: Any, **kwargs: Any
+) -> float | bool | None:
+    """``needs-retry``, before botocore's own handler (which decides, as before, whenever this returns None).
+
+    - A failed attempt at the deadline is the deadline's 504, not a retry sent to the endpoint with no time to
+      answer.
+    - A fault a retry would meet again (:data:`_SAME_AGAIN`) is not retried: ``False`` stops botocore's handler.
+    - Every failed attempt botocore would retry counts against the target's circuit breaker
+      (:mod:`sagestream.breaker`, through the call's ticket): the function's own retries spend the same budget
+      as the clients' requests, and none goes once the breaker is open, nor after a probe.
+    """
     failed = caught_exception is not None or (response is not None and response[0].status_code >= 300)
-    if deadline is not None and failed and deadline - time.monotonic() <= _RETRY_FLOOR_S:
+    if not failed:
+        return None
+    deadline = _call_deadline.get()
+    if deadline is not None and deadline - time.monotonic() <= _RETRY_FLOOR_S:
         raise DeadlineReached()
+    parsed = response[1] if response is not None else None
+    code = parsed.get("Error", {}).get("Code") if isinstance(parsed, dict) else None
+    if code in _SAME_AGAIN:
+        return False
+    ticket = calling.get()
+    if ticket is None:
+        return None
+    context = _retry_context(response=response, caught_exception=caught_exception, **kwargs)
+    if not retryable.is_retryable(context):
+        return None  # this attempt is the call's last: its outcome is told to the breaker by the caller
+    fault = caught_exception or botocore.exceptions.ClientError(parsed, kwargs["operation"].name)
+    return None if ticket.may_retry(error_from(fault)) else False
 
 
 def _call_args(config: Config, body: bytes, ids: UpstreamIds | None) -> dict[str, Any]:

@@ -23,8 +23,10 @@ REFUSED = APIError.upstream(400, "bad request", code="upstream_validation_error"
 @pytest.fixture(autouse=True)
 def _fresh_cooldowns() -> Iterator[None]:
     capacity.forget_cooldowns()
+    capacity.forget_breakers()  # module level too: each test meets closed breakers
     yield
     capacity.forget_cooldowns()
+    capacity.forget_breakers()
 
 
 class Upstreams:
