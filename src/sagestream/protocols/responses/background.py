@@ -246,6 +246,10 @@ def _follow(
                 writer.write(KEEPALIVE_EVENT, 200, sse)  # the first at once: the client knows it is following
                 record.keepalives += 1
                 last_write = now
+        if not writer.started:
+            # Resumed at or past its last event (its run has ended): an event stream still, with the route's
+            # headers, holding only a comment that says so (every response writes a body byte).
+            writer.write(f": no events after sequence number {after}\n\n".encode(), 200, sse)
     except StoreError as exc:
         err = stored.unavailable(exc)
         if not writer.started:
