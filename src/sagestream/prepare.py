@@ -125,9 +125,10 @@ def upstream_payload(call: Call, cfg: Config, parsed: Parsed, *, stream: bool, m
         )
     except APIError as err:
         raise parsed.in_client_terms(err) from None
-    if stream and cfg.quotas is not None and "stream_options" in dialect.computed_fields:
-        # A quota settles to the container's usage: asked for on every stream (the client's encoder sends
-        # it on only where the client asked for it too).
+    if stream and (cfg.quotas is not None or not parsed.request.stream) and "stream_options" in dialect.computed_fields:
+        # A quota settles to the container's usage, and a stream the client did not ask for (a background run's)
+        # reports it in its response: asked for on those streams (the client's encoder sends it on only where
+        # the client asked for it too).
         body["stream_options"] = {**body.get("stream_options", {}), "include_usage": True}
     if call.identity is not None and dialect.carries_user:
         # OpenAI's `user`, which Messages-API containers take for abuse tracking: the verified caller,
