@@ -48,6 +48,7 @@ def body(model: str, tokens: int) -> bytes:
 def compare(relay_url: str, engine_url: str, model: str, runs: int, tokens: int) -> dict[str, Any]:
     """``runs`` streamed requests to each side, alternating; the medians of each side's figures."""
     sides: dict[str, list[dict[str, Any]]] = {"sagestream": [], "engine": []}
+    texts: dict[str, list[str]] = {"sagestream": [], "engine": []}
     for _ in range(runs):
         for side, url in (("sagestream", relay_url), ("engine", engine_url)):
             time.sleep(PAUSE_S)
@@ -55,6 +56,7 @@ def compare(relay_url: str, engine_url: str, model: str, runs: int, tokens: int)
             if run.status != 200 or not run.deltas:
                 raise RuntimeError(f"{side}: HTTP {run.status} {run.error}")
             sides[side].append(run.summary())
+            texts[side].append(run.text)
     result: dict[str, Any] = {"runs": runs, "max_tokens": tokens}
     for side, summaries in sides.items():
         result[side] = {
@@ -62,6 +64,9 @@ def compare(relay_url: str, engine_url: str, model: str, runs: int, tokens: int)
             for figure in ("ttft_ms", "cadence_ms_median", "cadence_ms_p90", "deltas")
         }
         result[side]["ttft_ms_runs"] = [s["ttft_ms"] for s in summaries]  # this machine's noise, shown
+        # What is stable between two generations (greedy, the same prompt): the text. How vLLM groups its
+        # tokens into deltas is not: a busy machine's scheduler sends two tokens in one chunk now and then.
+        result[side]["texts"] = texts[side]
     result["added_ttft_ms"] = round(result["sagestream"]["ttft_ms"] - result["engine"]["ttft_ms"], 3)
     return result
 

@@ -15,7 +15,10 @@ pytestmark = pytest.mark.timeout(300)
 def test_both_sides_stream_the_same_deltas_and_are_timed(engine_stack: LocalStack, engine: VllmEngine) -> None:
     result = compare(engine_stack.url, engine.url, engine.model_name, runs=2, tokens=16)
     ours, theirs = result["sagestream"], result["engine"]
-    assert ours["deltas"] == theirs["deltas"] > 0  # the same tokens, so the same deltas, on both sides
+    # The same greedy tokens on both sides: the same text. Not the same delta count: vLLM may group two tokens
+    # in one chunk when the machine is busy (a CI run saw 13 against 12).
+    assert ours["deltas"] > 0 and theirs["deltas"] > 0
+    assert set(ours["texts"]) == set(theirs["texts"]) and len(set(ours["texts"])) == 1 and ours["texts"][0]
     for side in (ours, theirs):
         assert len(side["ttft_ms_runs"]) == 2 and all(0 < t < 60_000 for t in side["ttft_ms_runs"])
         assert side["cadence_ms_median"] >= 0
