@@ -46,6 +46,7 @@ Example::
 
 from __future__ import annotations
 
+import math
 import random
 import threading
 import time
@@ -172,6 +173,9 @@ def _ask(call: Callable[[Config], T], upstream: Config, name: str, held: Held) -
         answer = call(upstream)
     except APIError as err:
         ticket.failed(err)
+        if ticket.event == OPENED:
+            _retry_after(err, breaker.left_s())
+            setattr(err, "breaker", OPENED)  # noqa: B010 - for the record (StreamRecord.fail), as BreakerOpen's
         raise
     else:
         ticket.answered()
@@ -180,6 +184,16 @@ def _ask(call: Callable[[Config], T], upstream: Config, name: str, held: Held) -
         calling.reset(token)
         ticket.ended()  # anything else (a client gone): no verdict, and a probe's place is free again
         held.met(ticket.event)
+
+
+def _retry_after(err: APIError, seconds: float) -> None:
+    """``err`` opened its target's breaker: the client learns when the target is asked again (unless the fault
+    says later already: no capacity's 30 s)."""
+    whole = max(1, math.ceil(seconds))
+    said = err.headers.get("Retry-After", "")
+    if not said.isdigit() or int(said) < whole:
+        err.headers.update({"Retry-After": str(whole), "retry-after-ms": str(whole * 1000)})
+    err.headers["x-should-retry"] = "true"
 
 
 def first_answer(

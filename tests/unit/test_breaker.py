@@ -264,13 +264,20 @@ def test_an_open_target_is_not_called_and_the_client_gets_the_503_with_retry_aft
     assert (record.status, record.error_code, record.breaker) == (503, "breaker_open", OPEN)
 
 
-def test_the_request_whose_failure_opened_it_is_told_so() -> None:
-    upstreams, cfg = Upstreams(big=FAILED), model()
-    helds = [Held(), Held()]
+def test_the_request_whose_failure_opened_it_is_told_so_and_when_to_come_back() -> None:
+    def failing(target: Config) -> str:
+        raise APIError.upstream(502, "The model endpoint failed.", code="upstream_error")
+
+    cfg = model()
+    helds, errors = [Held(), Held()], []
     for held in helds:
-        with pytest.raises(APIError):
-            ask(upstreams, cfg, held)
+        with pytest.raises(APIError) as failed:
+            first_answer(failing, cfg.upstreams, held, deadline=1e12, wait=lambda s: None)
+        errors.append(failed.value)
     assert [h.breaker for h in helds] == [None, OPENED]
+    assert errors[0].headers == {}
+    assert (errors[1].status, errors[1].code) == (502, "upstream_error"), "its own fault, as it was"
+    assert errors[1].headers == {"Retry-After": "30", "retry-after-ms": "30000", "x-should-retry": "true"}
 
 
 def test_an_open_target_passes_to_the_fallback() -> None:
