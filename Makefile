@@ -108,7 +108,24 @@ $(NODE_TESTS): tests/node/package.json tests/node/package-lock.json
 	npm ci --prefix tests/node --no-audit --no-fund
 	@touch $@
 
-test: install $(SAM_VENV)/.installed $(NODE_TESTS) $(CARGO_LAMBDA_VENV)/.installed $(VLLM_VENV)/.installed
+# The designs a user would pick instead, run beside sagestream by the bench (bench/designs.py). node-streamify:
+# aws-lambda-ric and the SageMaker Runtime client exactly as bench/node/package-lock.json pins them; the RIC
+# builds its native Runtime API client on install (node-gyp, cmake, and autotools for its curl).
+BENCH_NODE := bench/node/node_modules/.installed
+$(BENCH_NODE): bench/node/package.json bench/node/package-lock.json
+	@command -v autoreconf >/dev/null || { echo "aws-lambda-ric builds its curl with autotools:" \
+		"apt-get install autoconf automake libtool (.ci/run does)" >&2; exit 1; }
+	npm ci --prefix bench/node --no-audit --no-fund
+	@touch $@
+# fastapi-aiobotocore: FastAPI, uvicorn and aiobotocore in a venv of their own (aiobotocore pins its own botocore).
+BENCH_FASTAPI_VENV := .venv-bench-fastapi
+$(BENCH_FASTAPI_VENV)/.installed: bench/fastapi_peer/requirements.txt
+	$(PYTHON) -m venv $(BENCH_FASTAPI_VENV)
+	$(BENCH_FASTAPI_VENV)/bin/pip install -q --upgrade pip
+	$(BENCH_FASTAPI_VENV)/bin/pip install -q -r bench/fastapi_peer/requirements.txt
+	@touch $@
+
+test: install $(SAM_VENV)/.installed $(NODE_TESTS) $(BENCH_NODE) $(BENCH_FASTAPI_VENV)/.installed $(CARGO_LAMBDA_VENV)/.installed $(VLLM_VENV)/.installed
 	$(PY) -m pytest
 
 # make test runs a 200-invocation version (tests/reliability/test_soak.py) with the same bounds.
@@ -127,7 +144,7 @@ invoke: install
 settings-doc: install
 	$(PY) -m sagestream.settings docs/configuration.md
 
-bench: install
+bench: install $(BENCH_NODE) $(BENCH_FASTAPI_VENV)/.installed
 	$(PY) -m bench $(if $(QUICK),--quick)
 
 RUNS ?= 3

@@ -31,9 +31,19 @@ ENDPOINT_NAME = "sagestream-sim"
 REGION = "us-east-1"
 PROMPT = "Tell me a story about a river."
 
-PEERS = ("sagestream", "buffered", "httpx-chunk-1024", "httpx-unbuffered", "boto3-close-delimited", "line-iterator")
-# which peers read the Function URL (the others read the simulated endpoint directly)
-THROUGH_FUNCTION_URL = ("sagestream", "buffered")
+PEERS = (
+    "sagestream",
+    "buffered",
+    "httpx-chunk-1024",
+    "httpx-unbuffered",
+    "boto3-close-delimited",
+    "line-iterator",
+    "node-streamify",
+    "fastapi-aiobotocore",
+)
+# which peers are HTTP clients of a chat route (the others read the simulated endpoint directly): a local Function
+# URL, or for fastapi-aiobotocore its uvicorn (bench.designs: the designs a user would pick instead)
+THROUGH_FUNCTION_URL = ("sagestream", "buffered", "node-streamify", "fastapi-aiobotocore")
 
 
 @dataclass

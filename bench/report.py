@@ -58,6 +58,14 @@ TARGETS: dict[str, tuple[str, str, float, str]] = {
         3.0,
         "CPU",
     ),
+    # The designs a user would pick instead (bench/designs.py, issue 55): AWS's Node streamifyResponse handler.
+    "cold init CPU <= 1.0x node-streamify's": ("cold", "init_cpu_vs_node_streamify", 1.0, "CPU"),
+    "init + first request CPU <= 0.9x node-streamify's": (
+        "cold",
+        "init_first_request_cpu_vs_node_streamify",
+        0.9,
+        "CPU",
+    ),
     "burst_gaps == 0": ("tinyllama-like", "burst_gaps", 0, "wall"),
     "rss_growth_mb < 5 on long": ("long", "rss_growth_mb", 5.0, "memory"),
     # the Messages API's events against the chat chunks, same deltas, same process (bench/encoders.py)
@@ -310,6 +318,7 @@ def markdown(doc: Mapping[str, Any]) -> str:
             f"(wall {_cell(cold['cold_init_wall_ratio'])}); "
             f"the artifact built in {_cell(cold.get('build_s'))} s.",
         ]
+    out += designs_section(doc)
     if doc.get("many_streams"):
         out += [
             "",
@@ -371,6 +380,76 @@ def markdown(doc: Mapping[str, Any]) -> str:
     if settings.get("notes"):
         out += ["", "## Notes", ""] + [f"- {note}" for note in settings["notes"]]
     return "\n".join(out) + "\n"
+
+
+DESIGN_COLUMNS = ("sagestream", "node-streamify", "fastapi-aiobotocore", "sagestream-snapstart")
+# (title, where, key): where "cold" is the cold comparison's medians, else a workload's row of that peer.
+DESIGN_ROWS = (
+    ("init CPU ms", "cold", "init_cpu_ms"),
+    ("init wall ms", "cold", "init_wall_ms"),
+    ("RSS after init MB", "cold", "rss_after_init_mb"),
+    ("first request: CPU to first delta ms", "cold", "first_delta_cpu_ms"),
+    ("init + first request CPU ms", "cold", "init_first_request_cpu_ms"),
+    ("warm TTFT over the endpoint's ms (tinyllama-like)", "tinyllama-like", "ttft_over_endpoint_ms"),
+    ("CPU µs per delta, 8 ms apart (tinyllama-like)", "tinyllama-like", "cpu_us_per_delta"),
+    ("CPU µs per delta, zero cadence (throughput)", "throughput", "cpu_us_per_delta"),
+    ("burst gaps (tinyllama-like)", "tinyllama-like", "burst_gaps"),
+    ("peak RSS MB while streaming (tinyllama-like)", "tinyllama-like", "peak_rss_mb"),
+)
+SNAPSTART_NOTE = (
+    "`sagestream-snapstart` is the same artifact started with `AWS_LAMBDA_INITIALIZATION_TYPE=snap-start` under the "
+    "local Runtime API: its init runs before the snapshot (on Lambda: when a version is published, off any request), "
+    "and its figures count from the restore: the process's CPU and wall time from `/restore/next` returning to its "
+    "first `/next` (the after-restore hooks), and the first request after it. What Lambda itself spends restoring "
+    'the microVM is not in them: AWS publishes no per-runtime figure, only that SnapStart brings start-up "as low '
+    "as sub-second\" and that the REPORT line's `Restore Duration` covers restoring the snapshot, loading the "
+    "runtime and the after-restore hooks, of which `Billed Restore Duration` bills the last two "
+    "(https://docs.aws.amazon.com/lambda/latest/dg/snapstart.html, "
+    "https://docs.aws.amazon.com/lambda/latest/dg/snapstart-monitoring.html). Node.js functions cannot use SnapStart "
+    "(it is offered for Java, Python and .NET managed runtimes only)."
+)
+
+
+def _design_value(doc: Mapping[str, Any], design: str, where: str, key: str) -> Any:
+    if where == "cold":
+        figures = ((doc.get("cold") or {}).get("designs") or {}).get(design) or {}
+        return (figures.get(key) or {}).get("median")
+    return doc["workloads"].get(where, {}).get(design, {}).get(key)
+
+
+def designs_section(doc: Mapping[str, Any]) -> list[str]:
+    """The designs a user would pick instead, beside sagestream: medians, each with its ratio to sagestream's."""
+    designs = ((doc.get("cold") or {}).get("designs") or {}) | {
+        peer: {} for rows in doc["workloads"].values() for peer in rows if peer in DESIGN_COLUMNS
+    }
+    columns = [c for c in DESIGN_COLUMNS if c in designs]
+    if len(columns) < 2:
+        return []
+    out = [
+        "",
+        "## The designs a user would pick instead (bench/designs.py; medians, ratio to sagestream's)",
+        "",
+        "Cold figures: each design's process measured the same way from outside, alternated in one run: CPU (all "
+        "threads) from its start to its first `/next` (uvicorn: to its start-up's end), then one streamed request. "
+        "Warm figures: the workloads below. `fastapi-aiobotocore` is measured over HTTP without the Lambda Web "
+        "Adapter, whose own process is not run: its figures are a lower bound.",
+        "",
+        "| figure | " + " | ".join(f"`{c}`" for c in columns) + " |",
+        "| --- |" + " ---: |" * len(columns),
+    ]
+    for title, where, key in DESIGN_ROWS:
+        mine = _design_value(doc, "sagestream", where, key)
+        cells = []
+        for column in columns:
+            value = _design_value(doc, column, where, key)
+            ratio = ""
+            if column != "sagestream" and value and mine:
+                ratio = f" ({value / mine:.2f}x)" if value / mine >= 0.1 else f" ({value / mine:.1g}x)"
+            cells.append(_cell(value) + ratio)
+        out.append(f"| {title} | " + " | ".join(cells) + " |")
+    if "sagestream-snapstart" in columns:
+        out += ["", SNAPSTART_NOTE]
+    return out
 
 
 def timeline(path: Path, runs: Mapping[str, tuple[list[int], int]], sends: tuple[list[int], int]) -> None:

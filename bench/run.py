@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import cold as cold_start
-from bench import encoders, function, instructions, many, report, responses_encoder, validation
+from bench import designs, encoders, function, instructions, many, report, responses_encoder, validation
 from bench.cold import InitClock, cpu_ns
 from bench.peers import PEERS, reset_peak_rss, status_kb
 from sagestream_local.endpoint import Scenario
@@ -55,7 +55,7 @@ def workloads(quick: bool) -> dict[str, dict[str, Any]]:
             "cadence_ms": 0,
             "ttft_ms": 0,
             "runs": 1,
-            "peers": ["sagestream", "httpx-chunk-1024", "boto3-close-delimited"] if quick else every,
+            "peers": ["sagestream", "httpx-chunk-1024", "boto3-close-delimited", *designs.DESIGNS] if quick else every,
         },
         "long": {
             # The simulated endpoint builds every event before its first byte (~70 µs a token on this 2-core
@@ -171,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     clock = InitClock()
     base = Scenario(dialect="openai", non_ascii=0.1)
     stacks: dict[str, LocalStack] = {}
+    fastapi: designs.FastAPIServer | None = None
     failures: list[str] = []
     docs: dict[str, dict[str, Any]] = {w: {} for w in specs}
     timelines: dict[str, tuple[list[int], int]] = {}
@@ -188,6 +189,12 @@ def main(argv: list[str] | None = None) -> int:
         shared = {k: v for k, v in stacks["sagestream"].env.items() if k != "SERVE_UI"}
         stacks["buffered"] = LocalStack(port=0, concurrency=1, env={**shared, "_HANDLER": "bench.buffered.handler"})
         stacks["buffered"].start()
+        if "node-streamify" in peers:
+            stacks["node-streamify"] = LocalStack(port=0, concurrency=1, env=shared, command=designs.node_command())
+            stacks["node-streamify"].start()
+        if "fastapi-aiobotocore" in peers:
+            fastapi = designs.FastAPIServer(shared)
+            warm(fastapi.url)
         for stack in stacks.values():
             assert stack.pool is not None
             clock.wait(stack.pool.environments[0])
@@ -195,7 +202,9 @@ def main(argv: list[str] | None = None) -> int:
         log.new_records()  # the warm-up's
         if "cold" in parts:
             assert python313 is not None
-            cold = cold_start.cold_init(clock, shared, 7, sim, artifact, python313, COLD_EVENT)
+            cold = cold_start.cold_init(
+                clock, shared, 7, sim, artifact, python313, COLD_EVENT, _cold_designs(peers, clock, shared)
+            )
             cold["build_s"] = None if build_s is None else round(build_s, 1)
             print(
                 f"cold init of the artifact, CPU ms: {cold['runtime_init_cpu_ms']} vs boto3.client "
@@ -224,6 +233,8 @@ def main(argv: list[str] | None = None) -> int:
                 stack = stacks.get(peer)
                 target = stack.url if stack is not None else sim.url
                 pid = _runtime_pid(stack) if stack is not None else None
+                if peer == "fastapi-aiobotocore" and fastapi is not None:
+                    target, pid = fastapi.url, fastapi.pid
                 timeout = 60 + spec["tokens"] / 1000 + spec["runs"] * 5
                 try:
                     result, _ = run_peer(peer, target, spec["runs"], keep_times, shared, pid, timeout)
@@ -261,6 +272,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for stack in stacks.values():
             stack.stop()
+        if fastapi is not None:
+            fastapi.stop()
         log_file.close()
         Path(log_file.name).unlink(missing_ok=True)
     # After the peers, each K on a runtime process of its own (bench.many): streams per vCPU, p99, RSS per stream.
@@ -323,6 +336,18 @@ def main(argv: list[str] | None = None) -> int:
         report.timeline(args.out / "timeline.png", timelines, sends)
     print(report.markdown(doc))
     return 0
+
+
+def _cold_designs(peers: list[str], clock: InitClock, env: dict[str, str]) -> dict[str, Callable[[], cold_start.Cold]]:
+    """A cold start of each of the other designs among ``peers`` (bench.designs), alternated with sagestream's."""
+    body = COLD_EVENT["body"].encode()
+    sides: dict[str, Callable[[], cold_start.Cold]] = {}
+    if "node-streamify" in peers:
+        command = designs.node_command()
+        sides["node-streamify"] = lambda: cold_start.lambda_cold(clock, env, command, COLD_EVENT)
+    if "fastapi-aiobotocore" in peers:
+        sides["fastapi-aiobotocore"] = lambda: designs.fastapi_cold(env, body)
+    return sides
 
 
 def _runtime_pid(stack: LocalStack) -> int:
