@@ -16,6 +16,7 @@ Example::
 from __future__ import annotations
 
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 from sagestream import quotas
@@ -63,8 +64,13 @@ def reserve(
     record.quota_subject = who.names[0]
     prompt = quotas.estimate_tokens(payload)
     completion = parsed.request.effective_max_tokens or cfg.max_tokens_limit or meter.policy.reserve_max_tokens
+    # Bounded by the answer's own deadline too (storage caps one call at a few seconds): a table that does not
+    # answer is a 503 long before the function's timeout, never the front's 502.
+    deadline = time.monotonic() + (call.context.get_remaining_time_in_millis() - cfg.deadline_margin_ms) / 1000
     try:
-        held = meter.reserve(who, prompt, completion, call.context.aws_request_id, style=style_of(api.kind))
+        held = meter.reserve(
+            who, prompt, completion, call.context.aws_request_id, style=style_of(api.kind), deadline=deadline
+        )
     except quotas.QuotaUnavailable as exc:
         record.quota = "unavailable"
         logger.error("the quota of %s could not be checked: %s", who.names[0], exc)

@@ -63,15 +63,15 @@ import datetime
 import hashlib
 import logging
 import math
-import random
-import threading
 import time
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Annotated, Any, NamedTuple
 
 import msgspec
 
 from sagestream.errors import APIError
+from sagestream.storage import CALL_CAP_S, ConditionFailed, StorageError, Table
 
 __all__ = [
     "DynamoQuotas",
@@ -453,53 +453,35 @@ def _used(value: int | None) -> str:
     return "unknown" if value is None else str(value)
 
 
-# DynamoDB's answers that say a write was not applied, and may be asked again: throttling, its own faults, and
-# a transaction's lock on the item (botocore retries none of these itself here: the client makes one attempt).
-_RETRYABLE = frozenset(
-    {
-        "ProvisionedThroughputExceededException",
-        "ThrottlingException",
-        "RequestLimitExceeded",
-        "InternalServerError",
-        "ServiceUnavailable",
-        "TransactionConflictException",
-    }
-)
-ATTEMPTS = 3
-BACKOFF_S = (0.02, 0.1)  # before the second and third attempts, jittered
-# A settle is not started with less than this left of the invocation (one attempt's connect and read timeouts
-# and a margin): the invocation's own log record and metrics must still be written.
+ATTEMPTS = 3  # a write DynamoDB surely did not apply (it said so, or the connection never opened) is asked again
+# A settle is not started with less than this left of the invocation (one call's bound, storage.CALL_CAP_S, and a
+# margin): the invocation's own log record and metrics must still be written.
 SETTLE_MIN_LEFT_S = 3.5
+# What a settle leaves of the invocation, at the least, when its call ends: the log record's time.
+SETTLE_MARGIN_S = SETTLE_MIN_LEFT_S - CALL_CAP_S
 
 
 class DynamoQuotas:
-    """The counters, in one DynamoDB table (partition key ``pk``, a string), through one botocore client made
-    on first use with short timeouts: a quota check must not hold a request longer than the call itself.
+    """The counters, in one DynamoDB table (partition key ``pk``, a string), through the process's one client
+    (:mod:`sagestream.storage`, made with this at init, never on a request; ``client`` in the tests).
 
-    Every write is an ``UpdateItem``, asked again (:data:`ATTEMPTS`) only when DynamoDB said it did not apply it
-    or the connection never opened: one whose answer was lost (a read timeout) may have been applied, and is
-    not repeated, so that no write counts twice. botocore's own retries are off for the same reason."""
+    Every write is an ``UpdateItem`` bounded in total (:meth:`sagestream.storage.Table.call`: by the caller's
+    deadline, and never longer than :data:`sagestream.storage.CALL_CAP_S`; a table that answers a byte a second
+    is unavailable once that is up, not after the function's timeout), asked again (:data:`ATTEMPTS`) only when
+    DynamoDB surely did not apply it: one whose answer was lost (a read timeout, a reset, the bound) may have
+    been applied, and is not repeated, so that no write counts twice."""
 
     def __init__(self, table: str, policy: Policy, client: Any = None) -> None:
         self.table = table
         self.policy = policy
-        self._client = client
-        self._threads: Any = None  # the reservations of several windows, made at once
-        self._lock = threading.Lock()
+        self.db = Table(table, client)
+        # The reservations of several windows, made at once: three for each invocation running at once (Lambda
+        # Managed Instances run several). Its threads start when first needed, the pool itself here.
+        self._pool = ThreadPoolExecutor(max_workers=48, thread_name_prefix="quotas")
 
     @property
     def client(self) -> Any:
-        if self._client is None:
-            with self._lock:  # concurrent invocations (Managed Instances) make one client, not one each
-                if self._client is None:
-                    import botocore.config
-                    import botocore.session
-
-                    config = botocore.config.Config(
-                        connect_timeout=1, read_timeout=2, retries={"mode": "standard", "total_max_attempts": 1}
-                    )
-                    self._client = botocore.session.get_session().create_client("dynamodb", config=config)
-        return self._client
+        return self.db.client
 
     def reserve(
         self,
@@ -510,11 +492,13 @@ class DynamoQuotas:
         *,
         style: str = "openai",
         now: float | None = None,
+        deadline: float | None = None,
     ) -> Reservation | None:
         """Reserve the worst case (``prompt``'s estimate and ``completion``, the most it may generate) and one
         request in each of the caller's windows; None when it has no limits. A window without room is its 429
         (:func:`refusal`, its headers in ``style``), the windows reserved before it given back; DynamoDB not
-        answering is :class:`QuotaUnavailable`."""
+        answering, by ``deadline`` (a :func:`time.monotonic` value) or within its bound, is
+        :class:`QuotaUnavailable`."""
         limits = self.policy.limits_for(subject)
         if not limits.any:
             return None
@@ -527,13 +511,12 @@ class DynamoQuotas:
                 raise refusal(window, limits, 0, None, tokens, style)
             if window.name == "minute" and limits.get("requests_per_minute") == 0:
                 raise refusal(window, limits, None, 0, tokens, style)
-        client = self.client  # made here, once, not by each thread below
         if len(found) == 1:
-            only = self._take(client, digest, found[0], limits, tokens, style)
+            only = self._take(digest, found[0], limits, tokens, style, deadline)
             return Reservation(request_id, limits, prompt, [only])
         # Several windows: asked at once (one round trip before the first token, not three); any that refuses
         # has those that did not given back, and the shortest window's refusal is the answer.
-        asked = [self._pool.submit(self._take, client, digest, w, limits, tokens, style) for w in found]
+        asked = [self._pool.submit(self._take, digest, w, limits, tokens, style, deadline) for w in found]
         held: list[Held] = []
         failure: BaseException | None = None
         for future in asked:
@@ -546,18 +529,9 @@ class DynamoQuotas:
             raise failure
         return Reservation(request_id, limits, prompt, held)
 
-    @property
-    def _pool(self) -> Any:
-        if self._threads is None:
-            with self._lock:
-                if self._threads is None:
-                    from concurrent.futures import ThreadPoolExecutor
-
-                    # Three windows for each invocation running at once (Managed Instances run several).
-                    self._threads = ThreadPoolExecutor(max_workers=48, thread_name_prefix="quotas")
-        return self._threads
-
-    def _take(self, client: Any, digest: str, window: Window, limits: Limits, tokens: int, style: str) -> Held:
+    def _take(
+        self, digest: str, window: Window, limits: Limits, tokens: int, style: str, deadline: float | None
+    ) -> Held:
         token_limit = limits.get(_TOKEN_LIMIT[window.name])
         request_limit = limits.get("requests_per_minute") if window.name == "minute" else None
         if token_limit is not None:
@@ -572,7 +546,7 @@ class DynamoQuotas:
         pk = f"{digest}#{window.name}#{window.start}"
         try:
             answer, _ = self._write(
-                client,
+                deadline,
                 Key={"pk": {"S": pk}},
                 UpdateExpression="ADD tokens :t, requests :one SET expires_at = :exp",
                 ConditionExpression=" AND ".join(conditions),
@@ -580,7 +554,7 @@ class DynamoQuotas:
                 ReturnValues="ALL_NEW",
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
-        except _ConditionFailed as failed:
+        except ConditionFailed as failed:
             old = failed.item
             used_tokens, used_requests = _number(old, "tokens"), _number(old, "requests")
             if old and used_tokens is None:  # an item without counts yet: nothing used
@@ -594,7 +568,7 @@ class DynamoQuotas:
         for h in held:
             try:
                 self._write(
-                    self.client,
+                    None,
                     Key={"pk": {"S": h.pk}},
                     UpdateExpression="ADD tokens :t, requests :one",
                     ExpressionAttributeValues={":t": {"N": str(-h.tokens)}, ":one": {"N": "-1"}},
@@ -608,16 +582,18 @@ class DynamoQuotas:
         """Settle reserved ``items`` (``[pk, reserved]``) to ``used`` tokens: one ``UpdateItem`` per item whose
         reservation differs (plain updates: a transaction would conflict with the caller's next reservations of
         the same items). The attempts the slowest took; :class:`QuotaUnavailable` naming what was not applied.
-        ``time_left`` (seconds, a callable): no attempt starts without :data:`SETTLE_MIN_LEFT_S` of it."""
+        ``time_left`` (seconds, a callable): no attempt starts without :data:`SETTLE_MIN_LEFT_S` of it, and none
+        outlives what it leaves but :data:`SETTLE_MARGIN_S`."""
         deltas = [(str(pk), used - int(reserved)) for pk, reserved in items if used != int(reserved)]
         most, missed = 0, []
         for pk, delta in deltas:
-            if time_left is not None and time_left() < SETTLE_MIN_LEFT_S:
+            left = None if time_left is None else float(time_left())
+            if left is not None and left < SETTLE_MIN_LEFT_S:
                 missed.append((pk, delta, "no time left in the invocation"))
                 continue
             try:
                 _, attempts = self._write(
-                    self.client,
+                    None if left is None else time.monotonic() + left - SETTLE_MARGIN_S,
                     Key={"pk": {"S": pk}},
                     UpdateExpression="ADD tokens :d",
                     # An item gone (its window ended over an hour ago, then TTL): nothing is left to correct.
@@ -626,7 +602,7 @@ class DynamoQuotas:
                     sleep=sleep,
                 )
                 most = max(most, attempts)
-            except _ConditionFailed:
+            except ConditionFailed:
                 continue
             except QuotaUnavailable as exc:
                 missed.append((pk, delta, str(exc)))
@@ -634,36 +610,24 @@ class DynamoQuotas:
             raise QuotaUnavailable(f"the quota settle of {request_id} was not applied to {missed}")
         return most
 
-    def _write(self, client: Any, *, sleep: Any = time.sleep, **args: Any) -> tuple[Any, int]:
-        """One ``UpdateItem``, asked again when DynamoDB did not apply it; its answer and the attempts it took.
-        :class:`_ConditionFailed` when its condition did not hold, :class:`QuotaUnavailable` when it could not
-        be made (or may have been, its answer lost)."""
-        import botocore.exceptions
+    def _write(self, deadline: float | None, *, sleep: Any = time.sleep, **args: Any) -> tuple[Any, int]:
+        """One ``UpdateItem`` (:meth:`sagestream.storage.Table.call`), asked again while DynamoDB surely did not
+        apply it; its answer and the attempts it took. :class:`~sagestream.storage.ConditionFailed` when its
+        condition did not hold, :class:`QuotaUnavailable` when it could not be made (or may have been, its answer
+        lost)."""
+        pauses: list[float] = []
 
-        for attempt in range(1, ATTEMPTS + 1):
-            try:
-                return client.update_item(TableName=self.table, **args), attempt
-            except botocore.exceptions.ClientError as exc:
-                code = exc.response.get("Error", {}).get("Code")
-                if code == "ConditionalCheckFailedException":
-                    raise _ConditionFailed(exc.response.get("Item") or {}) from None
-                if code not in _RETRYABLE or attempt == ATTEMPTS:
-                    raise QuotaUnavailable(f"DynamoDB UpdateItem on {self.table} failed: {exc}") from exc
-            except (botocore.exceptions.ConnectTimeoutError, botocore.exceptions.EndpointConnectionError) as exc:
-                if attempt == ATTEMPTS:  # never sent: asking again cannot count twice
-                    raise QuotaUnavailable(f"DynamoDB UpdateItem on {self.table} failed: {exc}") from exc
-            except Exception as exc:  # a lost answer (read timeout, reset) or anything else: not asked again
-                raise QuotaUnavailable(f"DynamoDB UpdateItem on {self.table} failed: {exc!r}") from exc
-            sleep(BACKOFF_S[attempt - 1] * (0.5 + random.random()))
-        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+        def pause(seconds: float) -> None:  # each pause comes before an attempt: they count them
+            pauses.append(seconds)
+            sleep(seconds)
 
-
-class _ConditionFailed(Exception):
-    """An update's condition did not hold; ``item`` is the item as it was (where DynamoDB returned it)."""
-
-    def __init__(self, item: Mapping[str, Any]) -> None:
-        super().__init__("condition failed")
-        self.item = item
+        try:
+            answer = self.db.call("update_item", deadline=deadline, attempts=ATTEMPTS, sleep=pause, **args)
+        except ConditionFailed:
+            raise
+        except StorageError as exc:
+            raise QuotaUnavailable(f"DynamoDB UpdateItem on {self.table} failed: {exc}") from exc
+        return answer, len(pauses) + 1
 
 
 def _number(item: Mapping[str, Any], name: str) -> int | None:
