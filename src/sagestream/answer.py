@@ -34,7 +34,7 @@ from sagestream.relay import KEEPALIVE, KEEPALIVE_EVENT, relay
 if TYPE_CHECKING:
     from sagestream.call import Call
     from sagestream.config import Config
-    from sagestream.protocols import ClientAPI, Parsed
+    from sagestream.protocols import Completion, Parsed
     from sagestream.record import StreamRecord
 
 __all__ = ["TARGET_HEADER", "KeepAlives", "finish", "first_answer", "invoke", "stream", "whole"]
@@ -46,17 +46,17 @@ T = TypeVar("T")
 TARGET_HEADER = "x-sagestream-target"
 
 
-def whole(
-    client: Any, call: Call, cfg: Config, api: ClientAPI, parsed: Parsed, payload: bytes, *, deadline: float
-) -> None:
-    """The answer in one body, as ``api`` writes it, and what the route keeps of it."""
-    answer = invoke(client, call, cfg, parsed, payload, deadline=deadline)
+def whole(client: Any, call: Call, c: Completion, *, deadline: float) -> Delta:
+    """The answer in one body, as the completion's API (or its route) writes it, and what the route keeps of it."""
+    parsed = c.parsed
+    answer = invoke(client, call, c.cfg, parsed, c.payload, deadline=deadline)
     if not answer.finish_reason:
         answer = msgspec.structs.replace(answer, finish_reason="stop")  # keeps tool calls, reasoning, logprobs
-    data = api.whole(answer, parsed, cfg)
+    data = c.whole_body(answer)
     call.record.wrote(answer, b"")  # a whole answer has no first delta or cadence
     call.writer.write(data, 200, {**JSON_HEADERS, **parsed.headers})
     finish(call, parsed, data)
+    return answer
 
 
 def invoke(client: Any, call: Call, cfg: Config, parsed: Parsed, payload: bytes, *, deadline: float) -> Delta:
@@ -77,9 +77,7 @@ def invoke(client: Any, call: Call, cfg: Config, parsed: Parsed, payload: bytes,
         raise faults.error_from(exc) from exc
 
 
-def stream(
-    client: Any, call: Call, cfg: Config, api: ClientAPI, parsed: Parsed, payload: bytes, *, deadline: float
-) -> None:
+def stream(client: Any, call: Call, c: Completion, *, deadline: float) -> None:
     """Open the upstream stream and write each delta the moment it is decoded.
 
     The encoder is the sink's edge: the client's protocol, and for a Responses run also its event log
@@ -89,9 +87,10 @@ def stream(
     (``finish``: the stored response) run once the response is closed (:attr:`Call.after`): no write to
     another service stands between two deltas or before the answer's end."""
     record, writer = call.record, call.writer
+    cfg, parsed, payload = c.cfg, c.parsed, c.payload
     # Made first: a request held for capacity may have started the response with keep-alives, and a fault
     # after them is this encoder's error event.
-    encoder = call.encoder = api.encoder(parsed, cfg)
+    encoder = call.encoder = c.api.encoder(parsed, cfg)
     wake_s = getattr(encoder, "wake_s", None)
     keepalive_s = cfg.sse_keepalive_s if wake_s is None else min(cfg.sse_keepalive_s, wake_s)
     headers = {**SSE_HEADERS, **parsed.headers}

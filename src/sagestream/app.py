@@ -36,8 +36,10 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 from snapshot_restore_py import register_after_restore
 
 from sagestream import answer, faults, prepare, protocols, upstream
@@ -48,7 +50,7 @@ from sagestream.errors import APIError
 from sagestream.http import Request, Route, Routes, Writer
 from sagestream.lambda_runtime import ClientDisconnected, LambdaContext, ResponseStream, WriteTimedOut
 from sagestream.own_routes import own_routes
-from sagestream.protocols import error_event
+from sagestream.protocols import Completion, error_event
 from sagestream.record import StreamRecord
 from sagestream.telemetry import Telemetry, prompt_of
 
@@ -200,60 +202,63 @@ class App:
 
     # --- completions ---
 
-    def complete(self, call: Call, api: ClientAPI) -> None:
-        """Every completion route: ``api`` reads the request, then the one pipeline answers it (:meth:`answer`)."""
-        record = call.record
-        record.kind = api.kind
-        raw, cfg = self.read_target(call, api)
-        # Who asks matters only to what is kept for them (stored responses): worked out only where it is.
-        parsed = api.parse(raw, cfg, self.owner(call) if cfg.responses_store != "none" else "")
-        record.noted(parsed.noops)
-        req = parsed.request
-        record.streamed = stream = bool(req.stream)
-        call.ids = self.upstream_ids(call, cfg, getattr(req, "prompt_cache_key", None))
-        # A background response streams, whatever the request says (its run's body is this one).
-        streamed = stream or parsed.instead is not None
-        payload = call.payload = self.upstream_payload(
-            call, cfg, parsed, stream=streamed, max_tokens_default=cfg.max_tokens_limit
+    def complete(
+        self,
+        call: Call,
+        api: ClientAPI,
+        *,
+        parse: Callable[[bytes, Config], Parsed] | None = None,
+        body: Callable[[Delta, Config], bytes] | None = None,
+        max_tokens_default: int | None = None,
+        counting: bool = False,
+    ) -> None:
+        """Every completion route: the request made ready (:func:`sagestream.prepare.completion`), the caller's
+        quota reserved, then the one pipeline answers it (:meth:`answer`). ``parse``, ``body`` and
+        ``max_tokens_default``: a route's own reading and answer (``count_tokens``: ``counting``, which counts
+        as a request against the quota, never as tokens)."""
+        if not counting:
+            call.record.kind = api.kind  # a count is not a completion in the metrics, though the endpoint is called
+        c = prepare.completion(
+            self.config,
+            call,
+            api,
+            lambda: self.owner(call),
+            parse=parse,
+            body=body,
+            max_tokens_default=max_tokens_default,
         )
         if self.quotas is not None:  # before anything is answered: a refusal is still a status
             from sagestream import metering
 
-            metering.reserve(self.quotas, self.auth, call, cfg, api, parsed, payload)
-        if parsed.instead is not None:
+            metering.reserve(self.quotas, self.auth, call, c.cfg, api, c.parsed, c.payload, tokens=not counting)
+        if c.parsed.instead is not None:
             # Answered otherwise (a background response queued for another invocation: None), or run here
             # differently (a background response its creator streams: the request to run).
-            instead = parsed.instead(self, call, parsed)
+            instead = c.parsed.instead(self, call, c.parsed)
             if instead is None:
                 return
-            parsed = instead
-        self.answer(call, cfg, api, parsed, payload)
+            c = msgspec.structs.replace(c, parsed=instead)
+        self.answer(call, c)
 
-    def answer(self, call: Call, cfg: Config, api: ClientAPI, parsed: Parsed, payload: bytes) -> None:
-        """The one pipeline of every completion (a route's, a background run's): the upstream call from the
-        model's first target with capacity (holds, fallbacks), its answer streamed delta by delta or written
-        whole through the protocol's encoder, the record told; what is kept of it after the response closes."""
+    def answer(self, call: Call, c: Completion) -> Delta | None:
+        """The one pipeline of every completion (a route's, a count's, a background run's): the upstream call
+        from the model's first target with capacity (holds, fallbacks), its answer streamed delta by delta or
+        written whole through the protocol's encoder, the record told; what is kept of it once the response is
+        closed. A whole answer's delta is returned."""
         record = call.record
         # Noted once the call is certain: a request refused before made none, and its record names no ids.
         if call.ids is not None:
             record.inference_id, record.prefix_aware_id = call.ids.inference_id, call.ids.prefix_aware_id
         with self.telemetry.upstream(record):  # the trace subsegment ends with the stream
-            written = answer.stream if record.streamed else answer.whole
-            written(self.client, call, cfg, api, parsed, payload, deadline=self.deadline(call))
+            if c.streamed:
+                answer.stream(self.client, call, c, deadline=self.deadline(call))
+                return None
+            return answer.whole(self.client, call, c, deadline=self.deadline(call))
 
     # What the protocols' own routes ask of the app (sagestream.protocols.App), each documented where it is.
 
-    def read_target(self, call: Call, api: ClientAPI) -> tuple[bytes, Config]:
-        return prepare.read_target(self.config, call, api)
-
-    upstream_payload = staticmethod(prepare.upstream_payload)
-    upstream_ids = staticmethod(prepare.upstream_ids)
-
     def owner(self, call: Call) -> str:
         return prepare.owner(self.config, call, self.auth)
-
-    def invoke(self, call: Call, cfg: Config, parsed: Parsed, payload: bytes) -> Delta:
-        return answer.invoke(self.client, call, cfg, parsed, payload, deadline=self.deadline(call))
 
     def settle_quota(self, record: StreamRecord | None, job: dict[str, Any] | None) -> None:
         if self.quotas is not None:

@@ -47,8 +47,11 @@ def reserve(
     api: ClientAPI,
     parsed: Parsed,
     payload: bytes,
+    *,
+    tokens: bool = True,
 ) -> None:
-    """Reserve the request's worst case against its caller's limits; a 429 (over a limit) or, with DynamoDB
+    """Reserve the request's worst case against its caller's limits (``tokens`` False: a count, which is a
+    request and no tokens, as Anthropic limits count_tokens by requests alone); a 429 (over a limit) or, with DynamoDB
     unreachable and ``QUOTAS_UNAVAILABLE=closed``, a 503; nothing else can come of it."""
     record, request = call.record, call.request
     identity = call.identity
@@ -62,8 +65,9 @@ def reserve(
         source_ip=request.source_ip,
     )
     record.quota_subject = who.names[0]
-    prompt = quotas.estimate_tokens(payload)
-    completion = parsed.request.effective_max_tokens or cfg.max_tokens_limit or meter.policy.reserve_max_tokens
+    prompt = quotas.estimate_tokens(payload) if tokens else 0
+    most = parsed.request.effective_max_tokens or cfg.max_tokens_limit or meter.policy.reserve_max_tokens
+    completion = most if tokens else 0
     # Bounded by the answer's own deadline too (storage caps one call at a few seconds): a table that does not
     # answer is a 503 long before the function's timeout, never the front's 502.
     deadline = time.monotonic() + (call.context.get_remaining_time_in_millis() - cfg.deadline_margin_ms) / 1000
@@ -92,6 +96,9 @@ def reserve(
     record.quota = "reserved"
     call.writer.extra_headers.update(held.headers(style_of(api.kind)))
     call.quota = held
+    if not tokens:
+        held.settled = True  # a count: its request is counted, and it has no tokens to settle
+        return
     context = call.context
     call.after.append(lambda: settle(meter, record, held, lambda: context.get_remaining_time_in_millis() / 1000))
 

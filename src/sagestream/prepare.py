@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from sagestream import sagemaker_ids
@@ -23,19 +24,60 @@ from sagestream.auth import presented_keys
 from sagestream.dialects import dialect_named
 from sagestream.errors import APIError
 from sagestream.function_url import media_type
+from sagestream.protocols import Completion
 from sagestream.sagemaker_ids import UpstreamIds
 
 if TYPE_CHECKING:
     from sagestream.auth import Authenticator
     from sagestream.call import Call
     from sagestream.config import Config
+    from sagestream.delta import Delta
     from sagestream.http import Request
     from sagestream.protocols import ClientAPI, Parsed
 
-__all__ = ["body_of", "model_named", "owner", "read_target", "target_of", "upstream_ids", "upstream_payload"]
+__all__ = [
+    "body_of",
+    "completion",
+    "model_named",
+    "owner",
+    "read_target",
+    "target_of",
+    "upstream_ids",
+    "upstream_payload",
+]
 
 # The request field the call carries as SageMaker's PrefixAwareId when prefix-aware routing is on.
 _PREFIX_KEY = frozenset({"prompt_cache_key"})
+
+
+def completion(
+    config: Config,
+    call: Call,
+    api: ClientAPI,
+    caller: Callable[[], str],
+    *,
+    parse: Callable[[bytes, Config], Parsed] | None = None,
+    body: Callable[[Delta, Config], bytes] | None = None,
+    max_tokens_default: int | None = None,
+) -> Completion:
+    """The request of ``call`` made ready, in the order each step needs the last: the body and the model it names
+    (whose limits the parse checks), the API's parse (``parse``: a route's own reading, as ``count_tokens``'),
+    the upstream ids, the upstream body in the model's dialect. ``caller``: who asks, worked out only where
+    something is kept for them (stored responses)."""
+    record = call.record
+    raw, cfg = read_target(config, call, api)
+    parsed = (
+        parse(raw, cfg) if parse is not None else api.parse(raw, cfg, caller() if cfg.responses_store != "none" else "")
+    )
+    record.noted(parsed.noops)
+    request = parsed.request
+    record.streamed = bool(request.stream)
+    call.ids = upstream_ids(call, cfg, getattr(request, "prompt_cache_key", None))
+    # A background response streams, whatever the request says (its run's body is this one).
+    streamed = bool(request.stream) or parsed.instead is not None
+    default = max_tokens_default if max_tokens_default is not None else cfg.max_tokens_limit
+    payload = call.payload = upstream_payload(call, cfg, parsed, stream=streamed, max_tokens_default=default)
+    return Completion(cfg, api, parsed, payload, streamed=bool(request.stream), body=body)
 
 
 def read_target(config: Config, call: Call, api: ClientAPI) -> tuple[bytes, Config]:

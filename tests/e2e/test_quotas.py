@@ -22,14 +22,19 @@ from tests.conftest import PYTHONPATH
 
 openai = pytest.importorskip("openai")
 
-ALICE, BOB, CI, RACER = "sk-alice", "sk-bob", "sk-ci", "sk-racer"
+ALICE, BOB, CI, RACER, COUNTER = "sk-alice", "sk-bob", "sk-ci", "sk-racer", "sk-counter"
 TPM = 600
 POLICY = {
     "default": {"tokens_per_minute": TPM, "requests_per_minute": 100},
-    "groups": {"batch": {"tokens_per_minute": 100000}, "racers": {"requests_per_minute": 10}},
+    "groups": {
+        "batch": {"tokens_per_minute": 100000},
+        "racers": {"requests_per_minute": 10},
+        "counters": {"requests_per_minute": 3},
+    },
     "callers": {
         "key:" + hashlib.sha256(CI.encode()).hexdigest()[:16]: "batch",
         "key:" + hashlib.sha256(RACER.encode()).hexdigest()[:16]: "racers",
+        "key:" + hashlib.sha256(COUNTER.encode()).hexdigest()[:16]: "counters",
     },
 }
 ASK = [{"role": "user", "content": "Hi"}]
@@ -45,7 +50,7 @@ def stack() -> Iterator[LocalStack]:
     env = {
         "PYTHONPATH": PYTHONPATH,
         "AUTH_MODE": "api_key",
-        "API_KEYS": ",".join((ALICE, BOB, CI, RACER)),
+        "API_KEYS": ",".join((ALICE, BOB, CI, RACER, COUNTER)),
         "QUOTAS": json.dumps(POLICY),
         "RESPONSES_STORE": "dynamodb",
         "MAX_TOKENS_LIMIT": "512",
@@ -170,6 +175,28 @@ def test_count_tokens_is_free(stack: LocalStack) -> None:
         assert client.messages.count_tokens(model=MODEL, messages=ASK).input_tokens > 0
     time.sleep(0.5)
     assert used(stack, CI) == before
+
+
+def test_count_tokens_counts_as_a_request_with_the_headers_and_is_refused_past_the_requests_limit(
+    stack: LocalStack,
+) -> None:
+    minute_has_room()
+    client = anthropic.Anthropic(base_url=stack.url, api_key=COUNTER, max_retries=0)
+    before = used(stack, COUNTER)
+    for left in (2, 1, 0):
+        raw = client.messages.with_raw_response.count_tokens(model=MODEL, messages=ASK)
+        assert raw.parse().input_tokens > 0
+        assert raw.headers["anthropic-ratelimit-requests-limit"] == "3"
+        assert raw.headers["anthropic-ratelimit-requests-remaining"] == str(left)
+    with pytest.raises(anthropic.RateLimitError) as refused:
+        client.messages.count_tokens(model=MODEL, messages=ASK)
+    assert int(refused.value.response.headers["retry-after"]) >= 1
+    assert stack.endpoint is not None
+    asked = len(stack.endpoint.records)
+    with pytest.raises(anthropic.RateLimitError):
+        client.messages.count_tokens(model=MODEL, messages=ASK)
+    assert len(stack.endpoint.records) == asked, "a refused count costs the endpoint nothing"
+    assert used(stack, COUNTER) == before, "a count is no tokens"
 
 
 def test_a_client_that_leaves_is_charged_what_was_generated(stack: LocalStack) -> None:

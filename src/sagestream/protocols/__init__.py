@@ -23,7 +23,7 @@ from typing import Any
 
 from sagestream.http import Route
 from sagestream.protocols import anthropic, openai, responses
-from sagestream.protocols._api import ClientAPI, Parsed, StreamEncoder, in_client_terms
+from sagestream.protocols._api import ClientAPI, Completion, Parsed, StreamEncoder, in_client_terms
 from sagestream.protocols._wire import error_event
 from sagestream.protocols.anthropic import MESSAGES
 from sagestream.protocols.openai import CHAT, COMPLETIONS
@@ -37,6 +37,7 @@ __all__ = [
     "RESPONSES",
     "ROUTES",
     "ClientAPI",
+    "Completion",
     "Parsed",
     "StreamEncoder",
     "at_init",

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from sagestream.config import Config
     from sagestream.protocols.openai.request import ChatCompletionRequest, CompletionRequest
 
-__all__ = ["App", "ClientAPI", "Parsed", "StreamEncoder", "completion_route", "in_client_terms"]
+__all__ = ["App", "ClientAPI", "Completion", "Parsed", "StreamEncoder", "completion_route", "in_client_terms"]
 
 
 class Parsed(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -96,6 +96,26 @@ def in_client_terms(err: APIError, names: Mapping[str, str]) -> APIError:
     return err
 
 
+class Completion(msgspec.Struct, forbid_unknown_fields=True):
+    """One completion made ready for the pipeline (:meth:`sagestream.app.App.answer`; made by
+    :func:`sagestream.prepare.completion`, or by a background run from its job): the model's configuration, the
+    client's API and its parsed request, the upstream body, whether the answer streams, and what a whole answer's
+    body is made by (the API's own, or a route's: ``count_tokens`` answers a count). The ids the upstream call
+    carries and the quota it holds are the invocation's (``Call.ids``, ``Call.quota``)."""
+
+    cfg: Config
+    api: ClientAPI
+    parsed: Parsed
+    payload: bytes
+    streamed: bool
+    body: Callable[[Delta, Config], bytes] | None = None
+
+    def whole_body(self, answer: Delta) -> bytes:
+        if self.body is not None:
+            return self.body(answer, self.cfg)
+        return self.api.whole(answer, self.parsed, self.cfg)
+
+
 class ClientAPI(Protocol):
     """One client API over the one pipeline."""
 
@@ -133,25 +153,24 @@ class ClientAPI(Protocol):
 
 
 class App(Protocol):
-    """What a protocol's own route handlers ask of the app (:class:`sagestream.app.App`; :mod:`sagestream.prepare` and
-    :mod:`sagestream.answer` document each)."""
+    """What a protocol's own route handlers ask of the app (:class:`sagestream.app.App`, which documents each):
+    every completion goes through :meth:`complete` (a route's) or :meth:`answer` (a background run's)."""
 
     config: Config
     telemetry: Any
 
-    def complete(self, call: Any, api: ClientAPI) -> None: ...
+    def complete(
+        self,
+        call: Any,
+        api: ClientAPI,
+        *,
+        parse: Callable[[bytes, Config], Parsed] | None = None,
+        body: Callable[[Delta, Config], bytes] | None = None,
+        max_tokens_default: int | None = None,
+        counting: bool = False,
+    ) -> None: ...
 
-    def answer(self, call: Any, cfg: Config, api: ClientAPI, parsed: Parsed, payload: bytes) -> None: ...
-
-    def read_target(self, call: Any, api: ClientAPI) -> tuple[bytes, Config]: ...
-
-    def upstream_ids(self, call: Any, cfg: Config, prompt_cache_key: str | None) -> Any: ...
-
-    def upstream_payload(
-        self, call: Any, cfg: Config, parsed: Parsed, *, stream: bool, max_tokens_default: int | None
-    ) -> bytes: ...
-
-    def invoke(self, call: Any, cfg: Config, parsed: Parsed, payload: bytes) -> Delta: ...
+    def answer(self, call: Any, c: Any) -> Delta | None: ...
 
     def owner(self, call: Any) -> str: ...
 

@@ -148,15 +148,20 @@ def _stops(parsed: Parsed) -> tuple[str, ...]:
 def count_tokens(app: App, call: Any) -> None:
     """``/v1/messages/count_tokens``: the container's own count of the prompt, read from its answer to the same
     request cut at one token (``usage.prompt_tokens``: the prompt as its chat template and tokenizer made it,
-    tools included). A container that reports no prompt count gets a 501 saying so, never an estimate."""
-    record = call.record  # no kind: a count is not a completion in the metrics, though the endpoint is called
-    raw, cfg = app.read_target(call, MESSAGES)
-    parsed = MESSAGES.count_request(raw, cfg)
-    call.ids = app.upstream_ids(call, cfg, None)
-    payload = app.upstream_payload(call, cfg, parsed, stream=False, max_tokens_default=1)
-    record.inference_id = call.ids.inference_id  # as on the completion routes: the id SageMaker keeps the call by
-    with app.telemetry.upstream(record):
-        answer = app.invoke(call, cfg, parsed, payload)
+    tools included), through the one pipeline (holds, fallbacks, the record; the quota counts it as a request,
+    never as tokens, as Anthropic limits count_tokens by requests per minute). A container that reports no
+    prompt count gets a 501 saying so, never an estimate."""
+    app.complete(
+        call,
+        MESSAGES,
+        parse=MESSAGES.count_request,
+        body=_counted,
+        max_tokens_default=1,
+        counting=True,
+    )
+
+
+def _counted(answer: Delta, cfg: Config) -> bytes:
     if answer.usage is None or answer.usage.prompt_tokens is None:
         raise APIError(
             501,
@@ -165,7 +170,7 @@ def count_tokens(app: App, call: Any) -> None:
             type="api_error",
             code="count_unavailable",
         )
-    call.writer.json({"input_tokens": answer.usage.prompt_tokens})
+    return dumps({"input_tokens": answer.usage.prompt_tokens})
 
 
 def _unknown(app: App, call: Any) -> None:

@@ -47,7 +47,7 @@ import msgspec
 from sagestream.delta import Delta
 from sagestream.errors import APIError
 from sagestream.http import JSON_HEADERS, SSE_HEADERS, Writer
-from sagestream.protocols._api import Parsed
+from sagestream.protocols._api import Completion, Parsed
 from sagestream.protocols._wire import dumps, new_id
 from sagestream.protocols.responses import stored
 from sagestream.protocols.responses.encoder import ResponsesEncoder, queued_response
@@ -338,7 +338,7 @@ def run(app: Any, event: Mapping[str, Any], call: Any, api: Any) -> None:
     # Nobody reads this invocation's answer: the run's events go to its log only, and its outcome is written last.
     call.writer = Writer(_Nobody(), call.context.aws_request_id)
     try:
-        app.answer(call, cfg, api, parsed, job["payload"].encode())
+        app.answer(call, Completion(cfg, api, parsed, job["payload"].encode(), streamed=True))
     finally:
         call.writer = own
         kept = call.encoder
