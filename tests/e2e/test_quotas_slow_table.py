@@ -7,9 +7,7 @@ says so."""
 from __future__ import annotations
 
 import json
-import socket
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from sagestream_local.dynamodb import LocalDynamoDB
+from sagestream_local.slow_proxy import SlowProxy
 from sagestream_local.stack import LocalStack
 from tests.client import request
 from tests.conftest import PYTHONPATH
@@ -24,61 +23,9 @@ from tests.conftest import PYTHONPATH
 ASK = [{"role": "user", "content": "Hi"}]
 
 
-class Trickle:
-    """A TCP proxy on 127.0.0.1 in front of ``target``: what a client sends passes at once; what comes back is
-    written one byte every ``pace_s``, however much has arrived (a table that answers, but a byte a second)."""
-
-    def __init__(self, target: str, pace_s: float = 1.0) -> None:
-        host, _, port = target.removeprefix("http://").partition(":")
-        self.target = (host, int(port))
-        self.pace_s = pace_s
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
-        self.stopped = threading.Event()
-        self.connections = 0
-
-    def __enter__(self) -> Trickle:
-        threading.Thread(target=self._accept, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stopped.set()
-        self.listener.close()
-
-    def _accept(self) -> None:
-        while not self.stopped.is_set():
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            self.connections += 1
-            upstream = socket.create_connection(self.target)
-            threading.Thread(target=self._pass, args=(client, upstream), daemon=True).start()
-            threading.Thread(target=self._trickle, args=(upstream, client), daemon=True).start()
-
-    def _pass(self, source: socket.socket, sink: socket.socket) -> None:
-        try:
-            while data := source.recv(65536):
-                sink.sendall(data)
-        except OSError:
-            pass
-
-    def _trickle(self, source: socket.socket, sink: socket.socket) -> None:
-        try:
-            while data := source.recv(65536):
-                for byte in data:
-                    if self.stopped.wait(self.pace_s):  # the pace is the fault simulated, not a test's wait
-                        return
-                    sink.sendall(bytes([byte]))
-        except OSError:
-            pass
-        finally:
-            sink.close()
-
-
 @pytest.fixture(scope="module")
 def slow_table() -> Iterator[str]:
-    with LocalDynamoDB() as db, Trickle(db.url) as trickle:
+    with LocalDynamoDB() as db, SlowProxy(db.url, pace_s=1.0) as trickle:
         yield trickle.url
 
 
