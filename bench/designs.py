@@ -29,9 +29,10 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from bench.cold import Cold, cpu_ns
-from bench.peers import status_kb
+from bench.peers import reset_peak_rss, status_kb
 
 ROOT = Path(__file__).resolve().parent.parent
 NODE_DIR = ROOT / "bench" / "node"
@@ -145,3 +146,26 @@ def fastapi_cold(env: dict[str, str], body: bytes) -> Cold:
         first, total = first_request_cpu(server.url, body, server.pid)
         init = server.init_cpu_ns
         return Cold(init / 1e6, server.init_wall_ms, server.rss_after_init_kb / 1024, (first - init) / 1e6, total / 1e6)
+
+
+def fastapi_rss_per_stream(server: FastAPIServer, sim: Any, k: int = 16, tokens: int = 40) -> float:
+    """MB of RSS per extra concurrent stream in the one uvicorn process: ``k`` streams at once, 40 tokens/s each
+    (bench.many's shape), its peak RSS less its idle RSS, over ``k``."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from sagestream_local.measure import chat_body, stream_chat
+
+    sim.set_scenario(tokens=tokens, cadence_ms=25, ttft_ms=0)
+    try:
+        reset_peak_rss(server.pid)
+        idle = status_kb("VmRSS", server.pid)
+        with ThreadPoolExecutor(k) as pool:
+            bodies = [chat_body(f"stream {i}", tokens, None) for i in range(k)]
+            runs = list(pool.map(lambda body: stream_chat(server.url, body, timeout_s=60), bodies))
+        peak = status_kb("VmHWM", server.pid)
+    finally:
+        sim.reset_scenario()
+    failed = [(run.status, run.error) for run in runs if run.status != 200 or run.deltas != tokens]
+    if failed:
+        raise RuntimeError(f"fastapi-aiobotocore: {len(failed)} of {k} concurrent streams failed: {failed[:3]}")
+    return round((peak - idle) / 1024 / k, 3)

@@ -395,6 +395,7 @@ DESIGN_ROWS = (
     ("CPU µs per delta, zero cadence (throughput)", "throughput", "cpu_us_per_delta"),
     ("burst gaps (tinyllama-like)", "tinyllama-like", "burst_gaps"),
     ("peak RSS MB while streaming (tinyllama-like)", "tinyllama-like", "peak_rss_mb"),
+    ("RSS MB per extra concurrent stream, K=16", "many", "rss_mb_per_stream"),
 )
 SNAPSTART_NOTE = (
     "`sagestream-snapstart` is the same artifact started with `AWS_LAMBDA_INITIALIZATION_TYPE=snap-start` under the "
@@ -414,6 +415,10 @@ def _design_value(doc: Mapping[str, Any], design: str, where: str, key: str) -> 
     if where == "cold":
         figures = ((doc.get("cold") or {}).get("designs") or {}).get(design) or {}
         return (figures.get(key) or {}).get("median")
+    if where == "many":  # sagestream's from bench.many; a Lambda design holds one stream per environment
+        if design == "sagestream":
+            return next((r.get(key) for r in doc.get("many_streams") or [] if r.get("k") == 16), None)
+        return (doc.get("designs_many") or {}).get(design)
     return doc["workloads"].get(where, {}).get(design, {}).get(key)
 
 

@@ -172,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     base = Scenario(dialect="openai", non_ascii=0.1)
     stacks: dict[str, LocalStack] = {}
     fastapi: designs.FastAPIServer | None = None
+    designs_many: dict[str, Any] = {}
     failures: list[str] = []
     docs: dict[str, dict[str, Any]] = {w: {} for w in specs}
     timelines: dict[str, tuple[list[int], int]] = {}
@@ -269,6 +270,10 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 sim.clear_records()
             sim.reset_scenario()
+        if fastapi is not None and with_many_streams:
+            # The one design here that holds several streams in a process (bench.many does sagestream's).
+            designs_many = {"k": 16, "fastapi-aiobotocore": designs.fastapi_rss_per_stream(fastapi, sim, 16)}
+            print(f"fastapi-aiobotocore at K=16: {designs_many['fastapi-aiobotocore']} MB RSS per stream", flush=True)
     finally:
         for stack in stacks.values():
             stack.stop()
@@ -306,6 +311,7 @@ def main(argv: list[str] | None = None) -> int:
         else {},
         "workloads": docs,
         "many_streams": many_streams,
+        "designs_many": designs_many,
         "machine": machine,
         "cold": cold,
         "encoders": encoder_figures,
