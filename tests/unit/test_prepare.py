@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from sagestream.auth import Authenticator
 from sagestream.call import Call
 from sagestream.config import Config
 from sagestream.errors import APIError
@@ -92,8 +93,13 @@ def test_read_target_tells_the_record_which_model_and_endpoint() -> None:
 
 
 def test_the_owner_is_the_verified_caller_the_keys_or_the_principal() -> None:
-    keyed = call({}, {"authorization": "Bearer k2", "x-api-key": "k1"})
-    assert owner(config(AUTH_MODE="api_key", API_KEYS="k1,k2"), keyed) == "key:k1,k2"
+    keyed_cfg = config(AUTH_MODE="api_key", API_KEYS="k1,k2")
+    auth = Authenticator(keyed_cfg)
+    keyed = call({}, {"authorization": "Bearer not-a-key", "x-api-key": "k1"})
+    auth.check(keyed.request.headers)
+    assert owner(keyed_cfg, keyed, auth) == "key:k1", "the key that authenticated, not every key presented"
+    twice = call({}, {"authorization": "Bearer k1", "x-api-key": "k1"})
+    assert owner(keyed_cfg, twice, auth) == owner(keyed_cfg, call({}, {"x-api-key": "k1"}), auth) == "key:k1"
     signed_in = call({})
     signed_in.identity = Identity(sub="user-7")
     assert (
