@@ -15,8 +15,9 @@ clients and the fallback cooldowns are (invariant 7: it outlives an invocation a
   its own error shape; a model with fallbacks passes to the next one (:mod:`sagestream.capacity`).
 - **half-open**, once the cooldown is over: the next call is the probe, alone (the others are refused meanwhile).
   Its answer closes the breaker; its trouble opens it again for twice the last cooldown (up to
-  ``max_cooldown_s``: an endpoint down for long is probed less and less often, as Envoy's outlier ejection does);
-  anything else (a 4xx) leaves the next call to probe.
+  ``max_cooldown_s``: an endpoint down for long is probed less and less often, as Envoy's outlier ejection does;
+  not for capacity faults, whose copy is awaited by held requests: those keep the first cooldown); anything else
+  (a 4xx) leaves the next call to probe.
 
 Only the call up to the answer's head is judged: a stream's first byte means "answered" (a fault in mid-stream is
 the stream's, after it). Transitions are logged (``upstream breaker opened`` / ``closed``), and a request's own
@@ -114,9 +115,9 @@ class BreakerOpen(APIError):
     ``Retry-After`` has passed, which is when the breaker lets a call through again.
     """
 
-    def __init__(self, left_s: float, last_code: str | None, *, capacity: bool) -> None:
+    def __init__(self, left_s: float, last: APIError | None) -> None:
         seconds = max(1, math.ceil(left_s))
-        said = f" (its last answer: {last_code})" if last_code else ""
+        said = f" (its last answer: {last.code})" if last is not None and last.code else ""
         super().__init__(
             503,
             f"The model endpoint is failing{said}: it is not being called for {seconds} s, so that it can recover. "
@@ -125,8 +126,21 @@ class BreakerOpen(APIError):
             code=BREAKER_OPEN,
             headers={"Retry-After": str(seconds), "retry-after-ms": str(seconds * 1000), "x-should-retry": "true"},
         )
-        self.capacity = capacity
+        self.last = last
+        self.left_s = left_s
+        self.capacity = last is not None and last.code in CAPACITY_FAULTS
         self.breaker = OPEN  # for the record (sagestream.record.StreamRecord.fail)
+
+    def endpoint_said(self) -> APIError | None:
+        """What the endpoint itself last answered, as the client would have had it (a copy: the original may be
+        raised in another invocation), for a held request that was refused to the end of its wait."""
+        last = self.last
+        if last is None:
+            return None
+        said = APIError(last.status, last.message, type=last.type, code=last.code, param=last.param)
+        said.headers = dict(last.headers)
+        setattr(said, "breaker", OPEN)  # noqa: B010 - for the record, as a refusal's
+        return said
 
 
 class Breaker:
@@ -175,10 +189,7 @@ class Breaker:
             return max(0.0, self._until - self._clock()) if self.state == OPEN else 0.0
 
     def _refusal(self, left_s: float) -> BreakerOpen:
-        last = self._last
-        return BreakerOpen(
-            left_s, last.code if last else None, capacity=last is not None and last.code in CAPACITY_FAULTS
-        )
+        return BreakerOpen(left_s, self._last)
 
     def _settle(self, ticket: Ticket, err: APIError | None, *, answered: bool) -> str | None:
         """``ticket``'s call answered, failed with ``err`` (trouble or not), or ended with neither (``err`` None,
@@ -202,7 +213,10 @@ class Breaker:
             return None
 
     def _open(self, err: APIError) -> str:
-        cooldown = min(self.max_cooldown_s, self.cooldown_s * 2.0**self._opens)
+        # A failing endpoint is probed less and less often; one without capacity as often as a held request
+        # would ask (the copy it waits for is noticed within a cooldown, however long it took to start).
+        doubling = 0 if err.code in CAPACITY_FAULTS else min(self._opens, 32)
+        cooldown = min(self.max_cooldown_s, self.cooldown_s * 2.0**doubling)
         self.state, self._until, self._last = OPEN, self._clock() + cooldown, err
         self._opens += 1
         self._count = 0

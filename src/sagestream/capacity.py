@@ -219,7 +219,7 @@ def first_answer(
     several = len(upstreams) > 1
     names = [target_name(u) for u in upstreams]
     held_since: float | None = None
-    told: APIError | None = None  # the last capacity fault an endpoint answered, for a hold that ends refused
+    asked = 0  # rounds in which an endpoint was asked: the backoff's exponent
     while True:
         faults: list[APIError] = []
         for index in _order(names):
@@ -238,23 +238,36 @@ def first_answer(
             if held_since is not None:
                 held.waited_s = time.monotonic() - held_since
             return answer
-        # What the client is told if this is the end: the first capacity fault (its Retry-After), else the last 5xx;
-        # a held request refused by a breaker is told the endpoint's own last capacity fault, when it had one.
-        answered = next((f for f in faults if f.code in CAPACITY_FAULTS), None)
-        told = answered or told
-        last = answered or next((f for f in faults if holds(f)), faults[-1])
-        if isinstance(last, BreakerOpen) and last.capacity and told is not None:
-            last = told
+        # What the client is told if this is the end: the first capacity fault (its Retry-After), else a breaker's
+        # refusal a held request may wait out, else the last 5xx.
+        last = next((f for f in faults if f.code in CAPACITY_FAULTS), None) or next(
+            (f for f in faults if holds(f)), faults[-1]
+        )
         now = time.monotonic()
         held_since = now if held_since is None else held_since
         held.waited_s = now - held_since
         if not holds(last) or now >= held_since + cold_wait_s:
-            raise last  # a 5xx everywhere is not worth holding for; or the wait is over
-        delay = min(backoff_s(held.rounds), held_since + cold_wait_s - now)
+            raise _ended(last, held)  # a 5xx everywhere is not worth holding for; or the wait is over
+        refusals = [f.left_s for f in faults if isinstance(f, BreakerOpen)]
+        if len(refusals) == len(faults):
+            # Nothing was asked: wait for the soonest breaker's probe, spread over the backoff's first step (a
+            # refusal is no answer of the endpoint's, so it does not lengthen the backoff).
+            delay = min(refusals) + backoff_s(0)
+        else:
+            delay, asked = backoff_s(asked), asked + 1
+        delay = min(delay, held_since + cold_wait_s - now)
         if now + delay + _ROUND_FLOOR_S >= deadline:
-            raise last  # the deadline wins: a round now could not be answered before it
+            raise _ended(last, held)  # the deadline wins: a round now could not be answered before it
         held.rounds += 1
         wait(delay)
+
+
+def _ended(last: APIError, held: Held) -> APIError:
+    """What a request is told when it gives up: ``last``; but a held request refused by a breaker opened on
+    capacity faults is told what the endpoint itself said (``no_capacity``), the reason it was held for."""
+    if isinstance(last, BreakerOpen) and last.capacity and held.rounds:
+        return last.endpoint_said() or last
+    return last
 
 
 def _order(names: Sequence[str]) -> list[int]:

@@ -134,6 +134,15 @@ def test_a_failed_probe_reopens_it_for_twice_as_long_up_to_the_longest(clock: Cl
     assert b.left_s() == 10.0, "closed, it starts again from the first cooldown"
 
 
+def test_a_breaker_opened_on_capacity_keeps_its_first_cooldown(clock: Clock) -> None:
+    b = make(clock)
+    fail(b, NO_CAPACITY, 3)
+    for _ in range(3):
+        clock.now += b.left_s()
+        fail(b, NO_CAPACITY)
+        assert b.left_s() == 10.0, "a copy starting is noticed within a cooldown, however long it takes"
+
+
 def test_a_probe_without_a_verdict_leaves_the_next_call_to_probe(clock: Clock) -> None:
     b = make(clock)
     fail(b, FAILED, 3)
@@ -311,7 +320,13 @@ def test_a_held_request_waits_out_a_breaker_opened_on_capacity_and_ends_with_the
         first_answer(upstreams, cfg.upstreams, Held(), deadline=1e12, wait=wait)
     # its first call opened it; the rounds after were refused without a call, until the wait ran out
     assert upstreams.calls == ["big"] and len(waits) >= 1 and sum(waits) == pytest.approx(0.3, abs=0.05)
-    assert ended.value is NO_CAPACITY
+    assert ended.value.code == "no_capacity" and ended.value.headers["Retry-After"] == "30"
+    # another held request, refused from its first round to the end of its wait, is told the same
+    held = Held()
+    with pytest.raises(APIError) as also:
+        first_answer(upstreams, cfg.upstreams, held, deadline=1e12, wait=wait)
+    assert upstreams.calls == ["big"] and held.rounds >= 1 and held.breaker == OPEN
+    assert (also.value.status, also.value.code) == (503, "no_capacity") and also.value is not NO_CAPACITY
     held = Held()
     with pytest.raises(BreakerOpen):
         ask(upstreams, msgspec.structs.replace(cfg, cold_wait_s=0.0), held)  # not held: the breaker's 503 at once
