@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from sagestream import metering, quotas, storage
+from sagestream import metering, quotas
 from sagestream.auth import Authenticator
 from sagestream.config import Config
 from sagestream.lambda_runtime import ClientDisconnected
@@ -66,9 +66,10 @@ def make(
     config = Config.from_env(settings)
     out = io.StringIO()
     upstream = Upstream()
-    monkeypatch.setenv("AWS_DEFAULT_REGION", db.region)  # the app makes its DynamoDB client at init, as in Lambda
+    # The app makes its DynamoDB client at init, as in Lambda: for this test's table (and replaced below).
+    monkeypatch.setenv("AWS_DEFAULT_REGION", db.region)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_DYNAMODB", db.url)
     the_app = app.App(config, stubbed_client(upstream), telemetry=Telemetry(config, out=out))
-    storage.forget_client()  # replaced below: no client made with this test's settings outlives it
     assert the_app.quotas is not None
     the_app.quotas = DynamoQuotas(db.quotas_table, the_app.quotas.policy, client or db.client())
     return the_app, upstream, out
