@@ -15,6 +15,7 @@ from sagestream.capacity import Held, first_answer
 from sagestream.config import Config, Fallback
 from sagestream.errors import DEADLINE_EXCEEDED, APIError
 from sagestream.record import StreamRecord
+from sagestream.telemetry import Labels, invocation_fields, invocation_metrics
 
 FAILED = APIError.upstream(502, "The model endpoint failed.", code="upstream_error")
 UNAVAILABLE = APIError.upstream(503, "The model endpoint is not available right now.", code="service_unavailable")
@@ -342,3 +343,24 @@ def test_a_held_request_is_not_held_for_a_breaker_opened_on_failures() -> None:
     with pytest.raises(BreakerOpen):
         ask(upstreams, cfg, held)
     assert held.rounds == 0
+
+
+# --- what the operator sees -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("met", "opened", "refused"), [("opened", 1, 0), ("open", 0, 1), ("half_open", 0, 0), (None, None, None)]
+)
+def test_the_log_record_names_the_breaker_and_the_metrics_count_it(
+    met: str | None, opened: int | None, refused: int | None
+) -> None:
+    record = StreamRecord(method="POST", path="/v1/chat/completions", kind="chat", started=0.0, breaker=met)
+    fields = invocation_fields(record, Config(endpoint_name="llm"), ended=0.01, cold_start=False)
+    assert fields.get("breaker") == met
+    (main,) = invocation_metrics(
+        record, Labels("sagestream", "sagestream"), ended=0.01, request_id="r", function_name="f", cold_start=False
+    )
+    assert (main.get("BreakerOpen"), main.get("BreakerRefusals")) == (
+        None if opened is None else [opened],
+        None if refused is None else [refused],
+    )
