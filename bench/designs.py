@@ -45,8 +45,11 @@ _STARTED = "Application startup complete"
 def node_command() -> list[str]:
     """How the node-streamify peer starts: node on aws-lambda-ric's ``run`` (bench/node/bootstrap.mjs)."""
     node = shutil.which("node")
-    if node is None or not (NODE_DIR / "node_modules" / "aws-lambda-ric").is_dir():
+    ric = NODE_DIR / "node_modules" / "aws-lambda-ric"
+    if node is None or not ric.is_dir():
         raise RuntimeError("the node-streamify peer is not installed: `make bench` installs it (npm ci in bench/node)")
+    if not (ric / "dist" / "rapid-client.node").exists():  # built by its install script, not shipped
+        raise RuntimeError(f"aws-lambda-ric's native client was not built in {ric}: did npm run its install scripts?")
     return [node, str(NODE_DIR / "bootstrap.mjs")]
 
 
