@@ -164,7 +164,7 @@ class App:
         the headers that carry the request id. A prefix route answers every method and path below it itself."""
         request = call.request
         path = request.path.rstrip("/") or "/"
-        route = self.routes.match(path)
+        route, call.params = self.routes.resolve(path)
         if route is not None and route.api is not None:
             call.writer.error_body, call.writer.id_headers = route.api.error_body, route.api.id_headers
         if request.malformed is not None:  # an event no front sends (a direct Invoke's): the route's 400
@@ -268,7 +268,7 @@ class App:
 
     def deadline(self, call: Call) -> float:
         """When the answer must have ended (a :func:`time.monotonic` value): the margin before Lambda's own."""
-        return time.monotonic() + (call.context.get_remaining_time_in_millis() - self.config.deadline_margin_ms) / 1000
+        return call.deadline(self.config.deadline_margin_ms)
 
 
 def _build() -> App:
@@ -276,6 +276,10 @@ def _build() -> App:
     app = App(config, upstream.make_client(config))
     # SnapStart: connections made before the snapshot lead nowhere once restored (sagestream.lambda_runtime runs it).
     register_after_restore(upstream.forget_connections, app.client)
+    if config.responses_store != "none" or config.quotas is not None:  # the tables' client, made at init too
+        from sagestream import storage
+
+        register_after_restore(storage.forget_connections)
     return app
 
 

@@ -4,11 +4,12 @@ invocation's log record, and what the walk learns on the way (the encoder, the u
 Example::
 
     >>> Call.__struct_fields__
-    ('request', 'writer', 'context', 'record', 'encoder', 'ids', 'identity', 'payload', 'quota', 'after')
+    ('request', 'writer', 'context', 'record', 'params', 'encoder', 'ids', 'identity', 'payload', 'quota', 'after')
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -34,6 +35,7 @@ class Call(msgspec.Struct, forbid_unknown_fields=True):
     writer: Writer
     context: LambdaContext
     record: StreamRecord
+    params: dict[str, str] = msgspec.field(default_factory=dict)  # the route's path parameters ({response_id})
     encoder: StreamEncoder | None = None  # a streamed answer's, once it is made: it writes errors after the start
     ids: UpstreamIds | None = None  # what the upstream calls carry besides the body; set by the completion routes
     identity: Identity | None = None  # the caller's verified sign-in, with AUTH_MODE=jwt
@@ -41,3 +43,8 @@ class Call(msgspec.Struct, forbid_unknown_fields=True):
     quota: Reservation | None = None  # what the request holds of its caller's quota (sagestream.metering)
     # What runs once the response is closed (the quota's settle): the client has its whole answer by then.
     after: list[Callable[[], None]] = msgspec.field(default_factory=list)
+
+    def deadline(self, margin_ms: int) -> float:
+        """When the invocation's work must have ended (a :func:`time.monotonic` value): ``margin_ms`` before
+        Lambda's own deadline. The one place the formula is written."""
+        return time.monotonic() + (self.context.get_remaining_time_in_millis() - margin_ms) / 1000

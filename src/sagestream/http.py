@@ -24,6 +24,7 @@ Example::
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -325,7 +326,9 @@ T = TypeVar("T")
 class Route(msgspec.Struct, Generic[API], frozen=True, forbid_unknown_fields=True):
     """One path, or with ``prefix`` every path below it: the methods it answers (``HEAD`` with every ``GET``;
     every method for a prefix route, whose handler decides), its handler, whether it needs a key, and the
-    client API whose error shape and id headers its answers take (OpenAI's when ``None``)."""
+    client API whose error shape and id headers its answers take (OpenAI's when ``None``). A segment written
+    ``{name}`` is a path parameter, as in Starlette: it matches one segment, which the handler finds in
+    ``call.params[name]``."""
 
     path: str
     methods: tuple[str, ...]
@@ -338,27 +341,56 @@ class Route(msgspec.Struct, Generic[API], frozen=True, forbid_unknown_fields=Tru
         if "GET" in self.methods and "HEAD" not in self.methods:
             msgspec.structs.force_setattr(self, "methods", (*self.methods, "HEAD"))
 
+    @property
+    def pattern(self) -> re.Pattern[str] | None:
+        """The path as a regular expression when it has parameters; None otherwise."""
+        if "{" not in self.path:
+            return None
+        parts = [
+            f"(?P<{segment[1:-1]}>[^/]+)" if _PARAM.fullmatch(segment) else re.escape(segment)
+            for segment in self.path.split("/")
+        ]
+        return re.compile("/".join(parts))
+
+
+_PARAM = re.compile(r"\{[a-z_][a-z0-9_]*\}")
+
 
 class Routes(Generic[T]):
-    """The route table: a path's own route, else the longest prefix route above it, else none (a 404).
+    """The route table: a path's own route, else the first route whose parameters match it, else the longest
+    prefix route above it, else none (a 404).
 
     >>> routes = Routes([Route("/v1/messages", ("POST",), print), Route("/v1/messages", (), print, prefix=True)])
     >>> routes.match("/v1/messages").prefix, routes.match("/v1/messages/batches").prefix, routes.match("/x")
     (False, True, None)
+    >>> Routes([Route("/v1/responses/{response_id}/cancel", ("POST",), print)]).resolve("/v1/responses/r1/cancel")[1]
+    {'response_id': 'r1'}
     """
 
     def __init__(self, routes: Iterable[Route[T]]) -> None:
         self.exact: dict[str, Route[T]] = {}
+        self.patterns: list[tuple[re.Pattern[str], Route[T]]] = []
         self.prefixes: list[Route[T]] = []
         for route in routes:
+            pattern = route.pattern
             if route.prefix:
                 self.prefixes.append(route)
+            elif pattern is not None:
+                self.patterns.append((pattern, route))
             else:
                 self.exact[route.path] = route
         self.prefixes.sort(key=lambda route: len(route.path), reverse=True)
 
     def match(self, path: str) -> Route[T] | None:
+        return self.resolve(path)[0]
+
+    def resolve(self, path: str) -> tuple[Route[T] | None, dict[str, str]]:
+        """The route of ``path`` and its path parameters."""
         route = self.exact.get(path)
         if route is not None:
-            return route
-        return next((r for r in self.prefixes if path.startswith(r.path + "/")), None)
+            return route, {}
+        for pattern, candidate in self.patterns:
+            found = pattern.fullmatch(path)
+            if found is not None:
+                return candidate, found.groupdict()
+        return next((r for r in self.prefixes if path.startswith(r.path + "/")), None), {}

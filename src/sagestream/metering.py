@@ -16,7 +16,6 @@ Example::
 from __future__ import annotations
 
 import logging
-import time
 from typing import TYPE_CHECKING, Any
 
 from sagestream import quotas
@@ -70,7 +69,7 @@ def reserve(
     completion = most if tokens else 0
     # Bounded by the answer's own deadline too (storage caps one call at a few seconds): a table that does not
     # answer is a 503 long before the function's timeout, never the front's 502.
-    deadline = time.monotonic() + (call.context.get_remaining_time_in_millis() - cfg.deadline_margin_ms) / 1000
+    deadline = call.deadline(cfg.deadline_margin_ms)
     try:
         held = meter.reserve(
             who, prompt, completion, call.context.aws_request_id, style=style_of(api.kind), deadline=deadline

@@ -27,6 +27,7 @@ Example::
 
 from __future__ import annotations
 
+import os
 import random
 import threading
 import time
@@ -35,7 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
-__all__ = ["CALL_CAP_S", "ConditionFailed", "StorageError", "Table", "bound", "dynamodb", "forget_client"]
+__all__ = ["CALL_CAP_S", "ConditionFailed", "StorageError", "Table", "bound", "dynamodb", "forget_connections"]
 
 # The longest one call may take, whatever the deadline: a table that has not answered by then is unavailable.
 CALL_CAP_S = 3.0
@@ -58,7 +59,7 @@ _NOT_APPLIED = frozenset(
     }
 )
 
-_client: list[Any] = []
+_clients: dict[str | None, Any] = {}
 _lock = threading.Lock()
 # Workers for the calls (several invocations at once on Managed Instances, several windows per quota check).
 _workers = ThreadPoolExecutor(max_workers=32, thread_name_prefix="dynamodb")
@@ -85,9 +86,12 @@ class ConditionFailed(StorageError):
 
 
 def dynamodb() -> Any:
-    """The process's one DynamoDB client, made on the first call: call it at init."""
+    """The process's one DynamoDB client, made on the first call: call it at init. One per endpoint botocore is
+    pointed at (``AWS_ENDPOINT_URL_DYNAMODB``): on Lambda that is one; a test process meets several local tables."""
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_DYNAMODB") or os.environ.get("AWS_ENDPOINT_URL")
     with _lock:
-        if not _client:
+        client = _clients.get(endpoint)
+        if client is None:
             import botocore.config
             import botocore.session
 
@@ -98,14 +102,16 @@ def dynamodb() -> Any:
                 retries={"mode": "standard", "total_max_attempts": 1},
                 max_pool_connections=32,
             )
-            _client.append(botocore.session.get_session().create_client("dynamodb", config=config))
-        return _client[0]
+            client = _clients[endpoint] = botocore.session.get_session().create_client("dynamodb", config=config)
+        return client
 
 
-def forget_client() -> None:
-    """Drop the client (SnapStart's restore: its connections lead nowhere; the next :func:`dynamodb` makes one)."""
+def forget_connections() -> None:
+    """Close the clients' pooled connections (SnapStart's restore: those made before the snapshot lead nowhere),
+    so that each next call opens a fresh one."""
     with _lock:
-        _client.clear()
+        for client in _clients.values():
+            client._endpoint.http_session.close()  # botocore's URLLib3Session: clears its urllib3 pools
 
 
 def bound(deadline: float | None, *, now: float | None = None, cap_s: float = CALL_CAP_S) -> float:

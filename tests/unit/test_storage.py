@@ -11,6 +11,7 @@ from typing import Any
 import botocore.exceptions
 import pytest
 
+from sagestream import storage
 from sagestream.storage import ConditionFailed, StorageError, Table, bound
 from sagestream_local.dynamodb import LocalDynamoDB
 
@@ -108,3 +109,18 @@ def test_a_refusal_is_not_asked_again_and_a_failed_condition_carries_the_old_ite
 def test_the_bound_is_the_nearer_of_the_deadline_and_the_cap() -> None:
     assert bound(None, now=1.0, cap_s=2.0) == 3.0
     assert bound(2.5, now=1.0, cap_s=2.0) == 2.5
+
+
+def test_one_client_per_endpoint_and_its_connections_closed_on_restore(
+    db: LocalDynamoDB, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AWS_ENDPOINT_URL_DYNAMODB", db.url)
+    for name, value in {"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", db.region)
+    client = storage.dynamodb()
+    assert storage.dynamodb() is client
+    assert Table(db.table).client is client
+    Table(db.table).call("get_item", Key={"id": {"S": "none"}, "part": {"N": "0"}})
+    storage.forget_connections()  # the next call opens a fresh connection
+    assert "Item" not in Table(db.table).call("get_item", Key={"id": {"S": "none"}, "part": {"N": "0"}})

@@ -51,7 +51,6 @@ __all__ = [
     "ResponsesAPI",
     "at_init",
     "run_in_background",
-    "stored_response",
 ]
 
 
@@ -171,76 +170,45 @@ class ResponsesAPI(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 RESPONSES = ResponsesAPI()
 
 
-def stored_response(app: App, call: Any) -> None:
-    """``GET`` / ``DELETE /v1/responses/{id}``, ``GET /v1/responses/{id}/input_items`` and ``POST
-    /v1/responses/{id}/cancel``: the caller's own."""
+def _kept(app: App, call: Any) -> None:
+    """Every id route's first word: without a store, nothing was kept to find."""
     if app.config.responses_store == "none":
         raise APIError.not_found(
             f"No response is stored here: this server is stateless and keeps no responses, so "
             f"{call.request.method} {call.request.path} has nothing to find; only POST /v1/responses is served.",
             code="response_not_found",
         )
-    _by_id(app, call, app.config, app.owner(call), deadline=app.deadline(call))
 
 
-def _by_id(app: App, call: Any, config: Config, caller: str, *, deadline: float) -> None:
-    """``GET`` / ``DELETE /v1/responses/{id}``, ``GET /v1/responses/{id}/input_items`` and ``POST
-    /v1/responses/{id}/cancel`` for ``caller``: its own response (another caller's id is a 404 as an unknown one
-    is). A response still running (or cancelled, or failed) is shown by its run's state; ``?stream=true``
-    replays and follows its events (until ``deadline``, a :func:`time.monotonic` value).
+def response_by_id(app: App, call: Any) -> None:
+    """``GET`` / ``DELETE /v1/responses/{response_id}`` (``?stream=true``: its events replayed and followed)."""
+    _kept(app, call)
+    from sagestream.protocols.responses import by_id
 
-    Here, not in ``stored``: a response's run (``background``) reads the store through ``stored``, and the route
-    is the one place that needs both. Both modules load on the first such request, never at init."""
-    from sagestream.protocols.responses import background, stored
-    from sagestream.protocols.responses.store import StoreError, owner_of, valid_response_id
+    by_id.one(app, call, call.params["response_id"])
 
-    rest = call.request.path.rstrip("/").removeprefix("/v1/responses/")
-    response_id, _, tail = rest.partition("/")
-    method = call.request.method
-    allowed = {"": ("GET", "HEAD", "DELETE"), "input_items": ("GET", "HEAD"), "cancel": ("POST",)}.get(tail)
-    if allowed is None or not response_id:
-        raise APIError.not_found(f"Unknown path {call.request.path}.", code="unknown_url")
-    if method not in allowed:
-        raise APIError.method_not_allowed(method, call.request.path, ", ".join(allowed))
-    if not valid_response_id(response_id):  # no id this function mints: nobody's response, nor a run's inner item
-        raise stored.not_found(response_id)
-    call.writer.head = method == "HEAD"
-    if tail == "cancel" or (tail == "" and method != "DELETE" and call.request.query.get("stream") == "true"):
-        if tail == "cancel":
-            background.cancel(app, call, config, caller, response_id)
-        else:
-            background.replay(call, config, caller, response_id, deadline)
-        return
-    store, owner = stored.store_for(config), owner_of(caller)
-    assert store is not None
-    try:
-        if method == "DELETE":
-            background.dequeue(app, background.runs_for(config), response_id, owner)  # a queued one never runs
-            deleted = store.delete(response_id, owner)
-            if config.responses_resumable_streams or not deleted:  # its run's items too: its events hold its text
-                deleted = background.runs_for(config).delete(response_id, owner) or deleted
-            if not deleted:
-                raise stored.not_found(response_id)
-            call.writer.json({"id": response_id, "object": "response.deleted", "deleted": True})
-            return
-        found = store.get(response_id, owner)
-        if found is None and not tail:
-            running = background.status(config, caller, response_id)
-            if running is not None:
-                call.writer.json(running)
-                return
-    except StoreError as exc:
-        raise stored.unavailable(exc) from exc
-    if found is None:
-        raise stored.not_found(response_id)
-    call.writer.json(found.response if not tail else stored.input_items_page(found.input_items, call.request.query))
+
+def input_items(app: App, call: Any) -> None:
+    """``GET /v1/responses/{response_id}/input_items``."""
+    _kept(app, call)
+    from sagestream.protocols.responses import by_id
+
+    by_id.items(app, call, call.params["response_id"])
+
+
+def cancel(app: App, call: Any) -> None:
+    """``POST /v1/responses/{response_id}/cancel``."""
+    _kept(app, call)
+    from sagestream.protocols.responses import by_id
+
+    by_id.cancel(app, call, call.params["response_id"])
 
 
 def run_in_background(app: App, event: Mapping[str, Any], call: Any) -> None:
     """The asynchronous invocation that runs a background response (its module loaded only here)."""
     from sagestream.protocols.responses import background
 
-    background.run(app, event, call)
+    background.run(app, event, call, RESPONSES)
 
 
 def at_init(config: Config) -> None:
@@ -253,7 +221,9 @@ def at_init(config: Config) -> None:
 
 ROUTES = (
     completion_route("/v1/responses", RESPONSES),
-    Route("/v1/responses", (), stored_response, keyed=True, api=RESPONSES, prefix=True),
+    Route("/v1/responses/{response_id}", ("GET", "DELETE"), response_by_id, keyed=True, api=RESPONSES),
+    Route("/v1/responses/{response_id}/input_items", ("GET",), input_items, keyed=True, api=RESPONSES),
+    Route("/v1/responses/{response_id}/cancel", ("POST",), cancel, keyed=True, api=RESPONSES),
 )
 
 # The function's own events (never an HTTP request's), by their "sagestream" key: a background run.
