@@ -169,12 +169,17 @@ def _retry_rules(
     - A failed attempt at the deadline is the deadline's 504, not a retry sent to the endpoint with no time to
       answer.
     - A fault a retry would meet again (:data:`_SAME_AGAIN`) is not retried: ``False`` stops botocore's handler.
+    - An attempt answered (its head, before a whole answer's body is read) is the breaker's verdict: a probe
+      closes it then, not after a long generation, for which every other request would wait.
     - Every failed attempt botocore would retry counts against the target's circuit breaker
       (:mod:`sagestream.breaker`, through the call's ticket): the function's own retries spend the same budget
       as the clients' requests, and none goes once the breaker is open, nor after a probe.
     """
     failed = caught_exception is not None or (response is not None and response[0].status_code >= 300)
     if not failed:
+        ticket = calling.get()
+        if ticket is not None:
+            ticket.answered()  # the answer's head: a whole answer is judged there too, as a stream is
         return None
     deadline = _call_deadline.get()
     if deadline is not None and deadline - time.monotonic() <= _RETRY_FLOOR_S:

@@ -102,3 +102,23 @@ def test_a_clients_4xx_is_neither_retried_nor_counted(sim: SimulatedEndpoint) ->
             whole(client, cfg, Held())
         assert refused.value.status < 500
     assert len(sim.records) == 4
+
+
+def test_a_whole_answers_probe_closes_the_breaker_at_the_answers_head(sim: SimulatedEndpoint) -> None:
+    cfg = config(failures=1)
+    client = upstream.make_client(cfg)
+    sim.set_scenario(fault="http_503")
+    with pytest.raises(APIError):
+        whole(client, cfg, Held())
+    target = breaker.breaker_for(capacity.target_name(cfg), cfg)
+    assert target is not None
+    target._until = time.monotonic()
+    sim.set_scenario(fault="none", framing="close", tokens=3)
+    probe = target.ask()
+    token = breaker.calling.set(probe)
+    try:
+        response = client.invoke_endpoint(EndpointName="llm", Body=BODY, ContentType="application/json")
+        assert target.state == "closed", "closed by the head, before the body is read"
+        response["Body"].read()
+    finally:
+        breaker.calling.reset(token)
