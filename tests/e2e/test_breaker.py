@@ -4,13 +4,14 @@ its route's own error shape at once, and a healed endpoint is served again withi
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.client import StreamedResponse
+from tests.client import StreamedResponse, request
 from tests.e2e.test_telemetry import Captured, _captured, emf, logs
 
 CHAT = "/v1/chat/completions"
@@ -136,3 +137,41 @@ def test_a_clients_4xx_never_opens_it(breaker: Captured) -> None:
         resp, _ = breaker.call(CHAT, {"messages": long})
         assert resp.status == 400 and resp.json()["error"]["code"] == "context_length_exceeded"
     assert endpoint_calls(breaker) == 12
+
+
+@pytest.fixture(scope="module")
+def shared() -> Iterator[Captured]:
+    yield from _captured(ENV, max_concurrency=CLIENTS)  # one environment serving several at once (Managed Instances)
+
+
+CLIENTS = 6
+
+
+def test_clients_retrying_at_once_reach_a_failing_endpoint_a_few_times(shared: Captured) -> None:
+    assert shared.stack.endpoint is not None
+    shared.stack.endpoint.clear_records()
+    shared.stack.endpoint.set_scenario(fault="http_500")
+    answers: list[StreamedResponse] = []
+    lock = threading.Lock()
+
+    def client() -> None:
+        for _ in range(STORM // CLIENTS):
+            resp = request(shared.stack.url, "POST", CHAT, {"messages": ASK, "stream": True}, timeout=30)
+            with lock:
+                answers.append(resp)
+
+    started = time.monotonic()
+    threads = [threading.Thread(target=client) for _ in range(CLIENTS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(STORM_WITHIN_S + 15)
+    took = time.monotonic() - started
+    assert len(answers) == STORM and took < STORM_WITHIN_S, took
+    calls = endpoint_calls(shared)
+    # five failures open it; at most the calls already on their way then (one per other client) still arrive
+    assert calls <= 5 + CLIENTS - 1, calls
+    refused = [r for r in answers if r.status == 503 and r.json()["error"]["code"] == "breaker_open"]
+    assert len(refused) >= STORM - calls and all(r.header("retry-after") for r in refused)
+    shared.stack.endpoint.set_scenario(fault="none")
+    served_again(shared)
