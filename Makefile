@@ -48,7 +48,7 @@ help:
 	@echo "make bench     side-by-side benchmark, cold start and instruction counts into bench/results (QUICK=1: fewer runs)"
 	@echo "make measure   TTFT, bursts and cadence of a URL (URL=... RUNS=3 SIGV4=1 API_KEY=... PROMPT_CACHE_KEY=...)"
 	@echo "make verify    check a deployment: PASS/FAIL/UNKNOWN per behaviour (URL=... SIGV4=1 API_KEY=... ORIGIN=... LOG_GROUP=... MODEL=...)"
-	@echo "make settings-doc  regenerate docs/configuration.md's table from src/sagestream/settings.py"
+	@echo "make settings-doc  regenerate docs/configuration.md's table from src/sagestream/settings/"
 
 install: $(VENV)/.installed
 

@@ -1,4 +1,4 @@
-"""template.yaml against the declared settings (src/sagestream/settings.py), as the CORS lists are checked against
+"""template.yaml against the declared settings (src/sagestream/settings/), as the CORS lists are checked against
 src/sagestream_local/cors.py: every variable the template sets is a declared setting, fed by the parameter the
 declaration names, and every value the template may pass is one the function accepts at init."""
 
@@ -84,7 +84,7 @@ def _nodes(value: Any) -> list[dict[str, Any]]:
 
 def test_every_variable_the_template_sets_is_a_declared_setting(variables: dict[str, Any]) -> None:
     undeclared = set(variables) - set(SETTING) - NOT_SETTINGS
-    assert not undeclared, f"declare these in src/sagestream/settings.py: {sorted(undeclared)}"
+    assert not undeclared, f"declare these in src/sagestream/settings/: {sorted(undeclared)}"
 
 
 def test_each_declared_template_parameter_exists_and_feeds_its_setting(
