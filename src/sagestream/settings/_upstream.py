@@ -219,7 +219,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "BREAKER_COOLDOWN_S",
         "number",
-        "how long an open breaker refuses calls before one request probes the target; each failed probe doubles it",
+        "how long an open breaker refuses calls before one request probes the target; each failed probe doubles "
+        "it, unless the target had no capacity or throttled (a copy starting is noticed within one)",
         default=10.0,
         field="breaker_cooldown_s",
         check=positive,
