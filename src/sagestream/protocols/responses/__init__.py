@@ -132,7 +132,7 @@ class ResponsesAPI(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         if getattr(original, "_background", False):
             # A background run (its creator's stream, or an asynchronous invocation): its id was made when it
             # was queued, and its events are kept for followers and watched for a cancel.
-            from sagestream.protocols.responses.background import resumable
+            from sagestream.protocols.responses.run_encoder import resumable
 
             owner = getattr(original, "_owner_digest", None)
             run = ResponsesEncoder(
@@ -151,7 +151,7 @@ class ResponsesAPI(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         if getattr(original, "_stored", False) and cfg.responses_resumable_streams:
             # A stored stream can be followed from another connection while it runs (its events batched to
             # the table by a thread of its own).
-            from sagestream.protocols.responses.background import resumable
+            from sagestream.protocols.responses.run_encoder import resumable
 
             return resumable(encoder, cfg, original._owner)
         return encoder

@@ -1,20 +1,15 @@
-"""Background responses (``background: true``, with a store), following a running response
-(``GET /v1/responses/{id}?stream=true&starting_after=N``) and cancelling one (``POST /v1/responses/{id}/cancel``),
-over the runs of :mod:`sagestream.protocols.responses.runs`.
+"""Background responses (``background: true``, with a store): queued, and run by the function's one pipeline.
 
 ``POST /v1/responses`` with ``background: true`` writes the run's state (``queued``) and its job, starts an
 asynchronous invocation of this same function (Lambda's ``Invoke`` with ``InvocationType=Event``, on
 ``AWS_LAMBDA_FUNCTION_NAME``) with an internal event naming the response, and answers the ``queued`` response at
-once; with ``stream: true`` too, it follows the run's events from the table until the end instead (that client's
-invocation then runs as long as the run does). The run (:func:`run`) claims the job once, streams the upstream
-as a foreground stream would, into an :class:`~sagestream.protocols.responses.runs.EventLog` instead of a
-client, asks every :data:`CANCEL_CHECK_S` whether it was cancelled (closing the upstream stream when it was),
-and stores the response as a foreground answer is stored.
-
-A foreground stream with a store is a run too (``RESPONSES_RESUMABLE_STREAMS``, on by default): its events are
-batched to the table by a thread while it is written to its client (:class:`ResumableEncoder`), so another
-connection can replay and follow it while it runs. It cannot be cancelled (OpenAI cancels background responses
-only), and it ends when its client leaves: the upstream stream is closed then, as it always is.
+once. The run (:func:`run`) claims the job once and answers it through the app's pipeline
+(:meth:`sagestream.app.App.answer`: holds, fallbacks, the record), its events kept in its log
+(:mod:`~sagestream.protocols.responses.run_encoder`) and watched for a cancel, and stores the response as a
+foreground answer is stored. With ``stream: true`` too, the run is the creator's own invocation: its deltas reach
+it at the endpoint's cadence, and a creator that leaves does not stop the run. Followers
+(:mod:`~sagestream.protocols.responses.replay`) and cancels (:mod:`~sagestream.protocols.responses.cancelling`) have
+modules of their own.
 
 The internal event is only the function's own: an event with a ``requestContext`` (a Function URL's or API
 Gateway's) is never one, so no HTTP caller can start a run; a run answers only a job that is still queued.
@@ -44,33 +39,25 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from sagestream.delta import Delta
 from sagestream.errors import APIError
-from sagestream.http import JSON_HEADERS, SSE_HEADERS, Writer
+from sagestream.http import JSON_HEADERS, Writer
 from sagestream.protocols._api import Completion, Parsed
 from sagestream.protocols._wire import dumps, new_id
 from sagestream.protocols.responses import stored
-from sagestream.protocols.responses.encoder import ResponsesEncoder, queued_response
-from sagestream.protocols.responses.runs import EventLog, Runs
-from sagestream.protocols.responses.runs import follow as follow_events
+from sagestream.protocols.responses.encoder import queued_response
+from sagestream.protocols.responses.run_encoder import ResumableEncoder
 from sagestream.protocols.responses.store import StoreError, owner_of
 from sagestream.protocols.responses.stored import runs_for
-from sagestream.relay import KEEPALIVE_EVENT
 
 if TYPE_CHECKING:
     from sagestream.config import Config
     from sagestream.protocols.responses.models import ResponseCreateRequest
 
 __all__ = [
-    "CANCEL_CHECK_S",
     "INTERNAL_EVENT",
     "PUBLISHED_ALIAS",
-    "ResumableEncoder",
-    "cancel",
     "is_internal",
-    "replay",
     "run",
-    "runs_for",
     "start",
 ]
 
@@ -79,8 +66,6 @@ logger = logging.getLogger(__name__)
 INTERNAL_EVENT = "responses.background"
 # The alias the template publishes versions under (AutoPublishAlias), invoked when a published version runs.
 PUBLISHED_ALIAS = "live"
-# How often a background run asks whether it was cancelled (a strongly consistent read of its state).
-CANCEL_CHECK_S = 0.5
 
 _LAMBDA: list[Any] = []  # the botocore Lambda client, made at init with the store (at_init)
 _LAMBDA_LOCK = threading.Lock()
@@ -186,117 +171,6 @@ def start(
     return None
 
 
-# --- GET /v1/responses/{id}?stream=true&starting_after=N --------------------------------------------------
-
-
-def replay(call: Any, cfg: Config, caller: str, response_id: str, deadline: float) -> None:
-    """The run's events after ``starting_after`` (all of them without it), then each new one until its end."""
-    query = call.request.query
-    after = query.get("starting_after")
-    try:
-        starting_after = -1 if after is None else int(after)
-    except ValueError:
-        starting_after = -2
-    if starting_after < -1:
-        raise APIError.invalid_request(
-            "'starting_after' must be a whole number: the sequence_number of the last event received.",
-            param="starting_after",
-        )
-    runs, owner = runs_for(cfg), owner_of(caller)
-    try:
-        state = runs.state(response_id, owner)
-        found = state is not None or stored.store_for(cfg).get(response_id, owner) is not None  # type: ignore[union-attr]
-    except StoreError as exc:
-        raise stored.unavailable(exc) from exc
-    if not found:
-        raise stored.not_found(response_id)
-    if state is None:
-        raise APIError.invalid_request(
-            f"The response '{response_id}' has no stored events to stream: only a background response, or a "
-            "stream that ran with RESPONSES_RESUMABLE_STREAMS on, can be streamed again.",
-            param="stream",
-        )
-    _follow(call, runs, response_id, owner, starting_after, deadline, cfg.sse_keepalive_s, {})
-
-
-def _follow(
-    call: Any,
-    runs: Runs,
-    response_id: str,
-    owner: str,
-    after: int,
-    deadline: float,
-    keepalive_s: float,
-    headers: Mapping[str, str],
-) -> None:
-    """Write the run's events after ``after`` as SSE until its end (or the deadline: the client resumes from the
-    last ``sequence_number`` it got); an SSE comment after each ``keepalive_s`` without one."""
-    writer, record = call.writer, call.record
-    record.streamed = True
-    sse = {**SSE_HEADERS, **headers}
-    last_write = time.monotonic()
-    try:
-        for event in follow_events(runs, response_id, owner, after, until=deadline):
-            now = time.monotonic()
-            if event:
-                writer.write(event, 200, sse)
-                record.output_deltas += 1
-                last_write = now
-            elif not writer.started or now - last_write >= keepalive_s:
-                writer.write(KEEPALIVE_EVENT, 200, sse)  # the first at once: the client knows it is following
-                record.keepalives += 1
-                last_write = now
-        if not writer.started:
-            # Resumed at or past its last event (its run has ended): an event stream still, with the route's
-            # headers, holding only a comment that says so (every response writes a body byte).
-            writer.write(f": no events after sequence number {after}\n\n".encode(), 200, sse)
-    except StoreError as exc:
-        err = stored.unavailable(exc)
-        if not writer.started:
-            raise err from exc
-        record.fail(err)
-        error = {"type": "error", "code": err.code, "message": err.message, "param": err.param}
-        writer.write(b"event: error\ndata: " + dumps(error) + b"\n\n", 200, sse)
-
-
-# --- POST /v1/responses/{id}/cancel ------------------------------------------------------------------------
-
-
-def cancel(app: Any, call: Any, cfg: Config, caller: str, response_id: str) -> None:
-    """Cancel a background response (idempotent: a cancelled one is answered again as it is); a 400 for one
-    that was not made in the background or has ended, as OpenAI answers them."""
-    runs, owner = runs_for(cfg), owner_of(caller)
-    try:
-        dequeue(app, runs, response_id, owner)  # one still queued never runs: its quota is given back here
-        state = runs.cancel(response_id, owner)
-        kept = state is None and stored.store_for(cfg).get(response_id, owner) is not None  # type: ignore[union-attr]
-    except StoreError as exc:
-        raise stored.unavailable(exc) from exc
-    if state is None and not kept:
-        raise stored.not_found(response_id)
-    if state is None or not state.background:
-        raise APIError.invalid_request("Only responses created with background=true can be cancelled.")
-    if state.status != "cancelled":
-        raise APIError.invalid_request(f"Cannot cancel a {state.status} response.")
-    call.writer.json(state.response)
-
-
-def dequeue(app: Any, runs: Runs, response_id: str, owner: str) -> None:
-    """Take ``owner``'s background response out of the queue if it is still there (a cancel, a delete): the run
-    will never claim it, so the caller's quota reservation is given back here, once (the request still counts)."""
-    if not runs.dequeue(response_id, owner):
-        return
-    found = runs.job(response_id)
-    if found is not None:
-        app.settle_quota(None, found[1].get("quota"))
-
-
-def status(cfg: Config, caller: str, response_id: str) -> dict[str, Any] | None:
-    """A running (or cancelled, or failed) response's object, for ``GET /v1/responses/{id}``; None if none."""
-    state = runs_for(cfg).state(response_id, owner_of(caller))
-    return state.response if state is not None else None
-
-
 # --- the run: the asynchronous invocation ------------------------------------------------------------------
 
 
@@ -366,93 +240,3 @@ class _Nobody:
 
     def close(self) -> None:
         pass
-
-
-# --- a foreground stream that can be followed while it runs -----------------------------------------------
-
-
-class ResumableEncoder:
-    """A Responses stream's encoder that also hands each write's events to an
-    :class:`~sagestream.protocols.responses.runs.EventLog`; :meth:`ended` (after the response is closed)
-    closes it and ends the run. A background run's (``background``) was begun when it was queued, and its log
-    watches for a cancel or a delete (``stopped``), which the pipeline reads between two deltas (``wake_s``)."""
-
-    def __init__(self, inner: ResponsesEncoder, runs: Runs, owner: str, *, background: bool = False) -> None:
-        self.inner = inner
-        self.runs = runs
-        self.owner = owner
-        self.background = background
-        self.wake_s = CANCEL_CHECK_S if background else None
-        self.log: EventLog | None = None
-        self._seq = 0
-        if background:
-            self.log = EventLog(runs, inner.id, owner, watch_s=CANCEL_CHECK_S)
-
-    @property
-    def final(self) -> bytes | None:
-        return self.inner.final
-
-    @property
-    def stopped(self) -> bool:
-        return self.log is not None and self.log.stopped
-
-    @property
-    def outcome(self) -> str:
-        """The run's status as this encoder ends it."""
-        if self.stopped:
-            return "cancelled"
-        final = self.inner.final
-        return str(json.loads(final)["status"]) if final is not None else "failed"
-
-    def _kept(self, data: bytes) -> bytes:
-        if self.log is None:
-            # Begun by the log's own thread, before its first batch: the first token waits for no write.
-            snapshot = json.loads(self.inner.snapshot("in_progress"))
-            self.log = EventLog(
-                self.runs,
-                self.inner.id,
-                self.owner,
-                begin=lambda: self.runs.begin(self.inner.id, self.owner, snapshot, background=False),
-            )
-        self.log.add(data, self._seq, self.inner.sequence - self._seq)
-        self._seq = self.inner.sequence
-        return data
-
-    def encode(self, delta: Delta) -> bytes:
-        data = self.inner.encode(delta)
-        return self._kept(data) if data else data
-
-    def done(self) -> bytes:
-        return self._kept(self.inner.done())
-
-    def error(self, err: APIError) -> bytes:
-        return self._kept(self.inner.error(err))
-
-    def ended(self) -> None:
-        """After the response is closed, however it ended: the rest of its events written, and its state ended
-        (a run deleted while it ran leaves nothing behind)."""
-        if self.log is None:
-            return
-        if self.background and self.inner.final is None and self.inner.failed is None and not self.stopped:
-            # Ended before its answer (the endpoint refused or failed before the stream): its followers are told.
-            self.error(APIError(502, "The run ended before its answer.", type="server_error", code="server_error"))
-        self.log.close()
-        final = self.inner.final or self.inner.failed
-        # No end event written: the client left, and the upstream stream was closed with it; or it was cancelled.
-        response = json.loads(final) if final is not None else json.loads(self.inner.snapshot("failed"))
-        if self.stopped:
-            response["status"] = "cancelled"
-        try:
-            if (
-                not self.runs.finish(self.inner.id, response["status"], response)
-                and self.runs.state(self.inner.id, self.owner) is None
-            ):
-                self.runs.delete_items(self.inner.id)  # deleted while it ran: what it wrote since goes too
-        except StoreError as exc:
-            logger.error("the run of %s could not be ended: %s", self.inner.id, exc)
-
-
-def resumable(encoder: ResponsesEncoder, cfg: Config, owner: str, *, background: bool = False) -> ResumableEncoder:
-    """``encoder``, its events also kept for followers (``owner``: the caller, as the parse was told; a
-    background run's: the digest its job keeps)."""
-    return ResumableEncoder(encoder, runs_for(cfg), owner if background else owner_of(owner), background=background)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sagestream.protocols.responses import background, stored
+from sagestream.protocols.responses import cancelling, replay, stored
 from sagestream.protocols.responses.store import StoreError, owner_of, valid_response_id
 
 __all__ = ["cancel", "items", "one"]
@@ -35,14 +35,14 @@ def one(app: Any, call: Any, response_id: str) -> None:
     config, caller = app.config, app.owner(call)
     response_id = _checked(response_id)
     if call.request.method != "DELETE" and call.request.query.get("stream") == "true":
-        background.replay(call, config, caller, response_id, app.deadline(call))
+        replay.replay(call, config, caller, response_id, app.deadline(call))
         return
     store, owner = stored.store_for(config), owner_of(caller)
     assert store is not None
     runs = stored.runs_for(config)
     try:
         if call.request.method == "DELETE":
-            background.dequeue(app, runs, response_id, owner)  # a queued one never runs
+            cancelling.dequeue(app, runs, response_id, owner)  # a queued one never runs
             deleted = store.delete(response_id, owner)
             if config.responses_resumable_streams or not deleted:  # its run's items too: its events hold its text
                 deleted = runs.delete(response_id, owner) or deleted
@@ -52,7 +52,7 @@ def one(app: Any, call: Any, response_id: str) -> None:
             return
         found = store.get(response_id, owner)
         if found is None:
-            running = background.status(config, caller, response_id)
+            running = cancelling.status(config, caller, response_id)
             if running is not None:
                 call.writer.json(running)
                 return
@@ -78,5 +78,5 @@ def items(app: Any, call: Any, response_id: str) -> None:
 
 
 def cancel(app: Any, call: Any, response_id: str) -> None:
-    """Stop the caller's background response (:func:`background.cancel`)."""
-    background.cancel(app, call, app.config, app.owner(call), _checked(response_id))
+    """Stop the caller's background response (:func:`sagestream.protocols.responses.cancelling.cancel`)."""
+    cancelling.cancel(app, call, app.config, app.owner(call), _checked(response_id))

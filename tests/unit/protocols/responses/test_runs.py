@@ -1,41 +1,15 @@
 """A response while it runs, on moto's DynamoDB server with the template's key schema: its state moves only the
 ways a run may (claimed once, cancelled only while it runs and only in the background, never completed once
-cancelled), only its owner sees it, and its events are written in batches (a few writes, not one per token) and
-read back in order, replayed after any sequence number and followed until the end."""
+cancelled), only its owner sees it, and a delete takes every item of it."""
 
 from __future__ import annotations
 
-import os
-import threading
 import time
-from collections.abc import Iterator
 
-import pytest
-
-from sagestream.protocols.responses.runs import FLUSH_S, MAX_RUN_S, Batch, EventLog, Runs, follow, split_events
-from sagestream.protocols.responses.store import DynamoStore, owner_of
+from sagestream.protocols.responses.eventlog import EventLog, follow
+from sagestream.protocols.responses.runs import MAX_RUN_S, Runs
 from sagestream_local.dynamodb import LocalDynamoDB
-
-ALICE, BOB = owner_of("key:alice"), owner_of("key:bob")
-
-
-def event(seq: int, kind: str = "response.output_text.delta") -> bytes:
-    return f'event: {kind}\ndata: {{"type":"{kind}","sequence_number":{seq}}}\n\n'.encode()
-
-
-@pytest.fixture(scope="module")
-def db() -> Iterator[LocalDynamoDB]:
-    with LocalDynamoDB() as local:
-        yield local
-
-
-@pytest.fixture
-def runs(db: LocalDynamoDB) -> Runs:
-    return Runs(DynamoStore(db.table, ttl_s=3600, client=db.client()))
-
-
-def new_id() -> str:
-    return "resp_" + os.urandom(8).hex()
+from tests.unit.protocols.responses.conftest import ALICE, BOB, event, new_id
 
 
 def test_a_background_run_is_claimed_once_and_ends_once(runs: Runs) -> None:
@@ -92,87 +66,6 @@ def test_a_queued_run_cancelled_before_it_starts_is_never_claimed(runs: Runs) ->
     assert runs.claim(rid) is False
 
 
-def test_tokens_25_ms_apart_take_a_write_per_flush_interval_not_one_each(runs: Runs) -> None:
-    rid = new_id()
-    log = EventLog(runs, rid, ALICE)
-    started = time.monotonic()
-    for seq in range(60):
-        log.add(event(seq), seq, 1)
-        time.sleep(0.025)
-    log.close()
-    elapsed = time.monotonic() - started
-    # 60 events over about 1.5 s: a batch per FLUSH_S (0.1 s) is about 15 writes (a slow machine: fewer, larger).
-    assert 2 <= log.writes <= elapsed / FLUSH_S + 2 and log.writes < 40 and log.failures == 0
-    events = [e for batch in runs.batches(rid, 0) for e in batch.events()]
-    assert [seq for seq, _ in events] == list(range(60))
-    assert events[7][1] == event(7)
-
-
-def test_a_batch_is_written_at_its_size_limit_without_waiting(runs: Runs) -> None:
-    rid = new_id()
-    log = EventLog(runs, rid, ALICE, flush_s=60.0, batch_bytes=1000)
-    log.add(event(0) + b": " + b"x" * 1000 + b"\n\n", 0, 1)
-    deadline = time.monotonic() + 5
-    while log.writes == 0 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert log.writes == 1
-    log.close()
-
-
-def test_a_batch_too_large_for_one_item_is_split_between_events(runs: Runs) -> None:
-    rid = new_id()
-    noise = [os.urandom(120_000).hex().encode() for _ in range(3)]  # incompressible: 720 KB in all
-    data = b"".join(f"event: e\ndata: {n}".encode() + noise[n] + b"\n\n" for n in range(3))
-    assert runs.put_events(rid, ALICE, split_batch(data)) >= 2
-    assert [seq for batch in runs.batches(rid, 0) for seq, _ in batch.events()] == [0, 1, 2]
-
-
-def split_batch(data: bytes) -> Batch:
-    return Batch(0, len(split_events(data, 0)) - 1, data)
-
-
-def test_follow_replays_after_a_sequence_number_then_follows_to_the_terminal_event(runs: Runs) -> None:
-    rid = new_id()
-    runs.begin(rid, ALICE, {"id": rid}, background=False)
-    log = EventLog(runs, rid, ALICE, flush_s=0.05)
-    for seq in range(5):
-        log.add(event(seq), seq, 1)
-    time.sleep(0.2)
-
-    def rest() -> None:
-        for seq in range(5, 9):
-            log.add(event(seq), seq, 1)
-            time.sleep(0.05)
-        log.add(event(9, "response.completed"), 9, 1)
-        log.close()
-
-    writer = threading.Thread(target=rest)
-    writer.start()
-    got = [e for e in follow(runs, rid, ALICE, 2, until=time.monotonic() + 10, poll_s=0.05) if e]
-    writer.join()
-    assert got == [event(n) for n in range(3, 9)] + [event(9, "response.completed")]
-
-
-def test_follow_ends_when_the_run_ended_without_a_terminal_event(runs: Runs) -> None:
-    rid = new_id()
-    runs.begin(rid, ALICE, {"id": rid}, background=True, job={})
-    runs.claim(rid)
-    log = EventLog(runs, rid, ALICE, flush_s=0.01)
-    log.add(event(0) + event(1), 0, 2)
-    log.close()
-    runs.cancel(rid, ALICE)
-    started = time.monotonic()
-    got = [e for e in follow(runs, rid, ALICE, -1, until=started + 10, poll_s=0.05) if e]
-    assert got == [event(0), event(1)] and time.monotonic() - started < 5
-
-
-def test_follow_gives_up_at_its_deadline(runs: Runs) -> None:
-    rid = new_id()
-    runs.begin(rid, ALICE, {"id": rid}, background=False)
-    polls = list(follow(runs, rid, ALICE, -1, until=time.monotonic() + 0.3, poll_s=0.05))
-    assert polls and set(polls) == {b""}
-
-
 def test_delete_removes_the_runs_every_item_for_its_owner_only(runs: Runs, db: LocalDynamoDB) -> None:
     rid = new_id()
     runs.begin(rid, ALICE, {"id": rid}, background=True, job={"raw": "the prompt"})
@@ -208,27 +101,3 @@ def test_a_run_in_progress_for_longer_than_an_invocation_lives_reads_as_failed(r
     state = runs.state(rid, ALICE)
     assert state is not None and state.status == "failed" and state.terminal and state.response["error"]
     assert list(follow(runs, rid, ALICE, -1, until=time.monotonic() + 5, poll_s=0.01)) == [], "its followers end"
-
-
-def test_a_queued_run_is_taken_out_of_the_queue_once_and_its_quota_given_back(runs: Runs) -> None:
-    from sagestream.protocols.responses import background
-
-    settled: list[object] = []
-
-    class App:
-        def settle_quota(self, record: object, job: object) -> None:
-            settled.append((record, job))
-
-    rid, quota = new_id(), {"request_id": "r1", "estimate": 5, "items": [["pk", 70]], "tokens": True}
-    runs.begin(rid, ALICE, {"id": rid}, background=True, job={"quota": quota})
-    assert runs.dequeue(rid, BOB) is False, "not another caller's to cancel"
-    background.dequeue(App(), runs, rid, ALICE)
-    background.dequeue(App(), runs, rid, ALICE)  # a second cancel (or a delete after it) gives back nothing more
-    assert settled == [(None, quota)], "nothing generated: settled to nothing, once"
-    state = runs.state(rid, ALICE)
-    assert state is not None and state.status == "cancelled"
-    assert runs.claim(rid) is False, "the run, when its event comes, does not start"
-    started = new_id()
-    runs.begin(started, ALICE, {"id": started}, background=True, job={"quota": quota})
-    assert runs.claim(started)
-    assert runs.dequeue(started, ALICE) is False, "a run that started settles itself"
