@@ -147,6 +147,9 @@ def first_answer(
             call.writer.extra_headers[TARGET_HEADER] = held.target
         if held.rounds:
             record.cold_wait_rounds, record.cold_wait_ms = held.rounds, held.waited_s * 1000
+        # A probe that was answered (half_open), or a refusal a fallback answered: the error path told the record
+        # the rest (sagestream.breaker).
+        record.breaker = record.breaker or held.breaker
 
 
 def finish(call: Call, parsed: Parsed, answer: bytes | None) -> None:
