@@ -130,3 +130,22 @@ def test_each_module_of_the_lambda_runtime_is_at_most_300_lines() -> None:
     sizes = {name: _sizes(path)[0] for name, path in _modules().items() if name.startswith("sagestream.lambda_runtime")}
     assert len(sizes) >= 5
     assert {name: n for name, n in sizes.items() if n > 300} == {}
+
+
+def _functions(path: Path) -> dict[str, int]:
+    tree = ast.parse(path.read_text())
+    return {
+        n.name: n.end_lineno - n.lineno + 1
+        for n in ast.walk(tree)
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.end_lineno
+    }
+
+
+def test_no_module_of_the_function_is_over_600_lines_and_no_function_over_100() -> None:
+    modules = {name: path for name, path in _modules().items() if name.startswith("sagestream.")}
+    long_modules = {name: n for name, path in modules.items() if (n := _sizes(path)[0]) > 600}
+    long_functions = {
+        f"{name}.{function}": n for name, path in modules.items() for function, n in _functions(path).items() if n > 100
+    }
+    assert long_modules == {} and long_functions == {}
+    assert max(_sizes(path)[0] for path in modules.values()) > 300, "the sizes are read"
