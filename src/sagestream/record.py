@@ -1,8 +1,10 @@
 """What one invocation did: data only, filled in by the handler, read by :mod:`sagestream.telemetry`.
 
 A :class:`StreamRecord` is made per invocation and dropped with it (invariant 7 of
-docs/architecture.md). It changes in two ways only: :meth:`StreamRecord.wrote` after each delta the
-relay produced, and :meth:`StreamRecord.fail` when the invocation ends in an error. :class:`Cadence` keeps
+docs/architecture.md). Data only: it does no I/O and knows no service. The walk sets its fields as it learns
+them (the model, the ids, the target, the quota, the breaker's state); it computes in two methods only,
+:meth:`StreamRecord.wrote` after each delta the relay produced, and :meth:`StreamRecord.fail` when the
+invocation ends in an error. :class:`Cadence` keeps
 the gaps between delta writes, and ``relay`` each delta's time from the upstream read that completed it
 to its write, both as a :class:`Histogram`: memory that does not grow with the stream (invariant 3).
 
