@@ -231,33 +231,48 @@ def line_iterator_reader() -> Callable[[str, int | None, Arrivals], None]:
     return read
 
 
-def function_url_reader() -> Callable[[str, int | None, Arrivals], None]:
-    """An HTTP client of the (local) Function URL: measure's raw-socket reader, stamping as bytes arrive."""
+def read_function_url(
+    target: str,
+    body: bytes,
+    out: Arrivals,
+    *,
+    method: str = "POST",
+    path: str = "/v1/chat/completions",
+    headers: dict[str, str] | None = None,
+    reader: Any = None,
+) -> Any:
+    """One request to the (local) Function URL, read with measure's raw-socket reader (a ``StreamReader``, or the
+    one given), each content delta stamped into ``out`` as the bytes completing it arrive; the reader, once read."""
     import socket
     from urllib.parse import urlsplit
 
     from sagestream_local.measure import StreamReader
 
+    parts = urlsplit(target)
+    fields = {"Host": parts.netloc, "Content-Type": "application/json", **(headers or {})}
+    fields["Content-Length"] = str(len(body))
+    head = f"{method} {path} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in fields.items()) + "\r\n"
+    reader = StreamReader() if reader is None else reader
+    with socket.create_connection((parts.hostname, parts.port or 80), timeout=600.0) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.sendall(head.encode("latin-1") + body)
+        while not reader.complete:
+            data = sock.recv(65536)
+            if not data:
+                break
+            completed = reader.feed(data)
+            if completed:
+                out.stamp(completed)
+        if reader.status != 200 or reader.errors:
+            raise RuntimeError(f"HTTP {reader.status} {reader.errors}")
+    return reader
+
+
+def function_url_reader() -> Callable[[str, int | None, Arrivals], None]:
+    """An HTTP client of the (local) Function URL's chat route (:func:`read_function_url`)."""
+
     def read(target: str, max_tokens: int | None, out: Arrivals) -> None:
-        parts = urlsplit(target)
-        body = _body(max_tokens)
-        head = (
-            f"POST /v1/chat/completions HTTP/1.1\r\nHost: {parts.netloc}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n"
-        ).encode()
-        with socket.create_connection((parts.hostname, parts.port or 80), timeout=600.0) as sock:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            sock.sendall(head + body)
-            reader = StreamReader()
-            while not reader.complete:
-                data = sock.recv(65536)
-                if not data:
-                    break
-                completed = reader.feed(data)
-                if completed:
-                    out.stamp(completed)
-            if reader.status != 200 or reader.errors:
-                raise RuntimeError(f"HTTP {reader.status} {reader.errors}")
+        read_function_url(target, _body(max_tokens), out)
 
     return read
 

@@ -67,6 +67,8 @@ TARGETS: dict[str, tuple[str, str, float, str]] = {
         "CPU",
     ),
     "burst_gaps == 0": ("tinyllama-like", "burst_gaps", 0, "wall"),
+    # bench/paths.py: chat, Messages, stored Responses (fresh and warm), a background creator; the follower aside
+    "burst_gaps == 0 on every path (with and without QUOTAS)": ("paths", "burst_gaps", 0, "wall"),
     "rss_growth_mb < 5 on long": ("long", "rss_growth_mb", 5.0, "memory"),
     # the Messages API's events against the chat chunks, same deltas, same process (bench/encoders.py)
     "Messages encoder CPU per delta <= 1.10x chat's": ("encoders", "messages_vs_chat", 1.10, "CPU"),
@@ -212,6 +214,10 @@ def target_rows(doc: Mapping[str, Any]) -> list[tuple[str, Any, bool | None, str
             source = doc.get("encoders") or {}
         elif where == "validation":
             source = doc.get("validation") or {}
+        elif where == "paths":
+            sides = ((doc.get("paths") or {}).get("rows") or {}).values()
+            counted = [r["burst_gaps"] for side in sides for path, r in side.items() if path != "background-follower"]
+            source = {key: sum(counted)} if counted and None not in counted else {}
         elif where.startswith("many-streams:"):
             k = int(where.split(":")[1])
             source = next((r for r in doc.get("many_streams") or [] if r.get("k") == k), {})
@@ -319,6 +325,7 @@ def markdown(doc: Mapping[str, Any]) -> str:
             f"the artifact built in {_cell(cold.get('build_s'))} s.",
         ]
     out += designs_section(doc)
+    out += paths_section(doc.get("paths") or {})
     if doc.get("many_streams"):
         out += [
             "",
@@ -454,6 +461,47 @@ def designs_section(doc: Mapping[str, Any]) -> list[str]:
         out.append(f"| {title} | " + " | ".join(cells) + " |")
     if "sagestream-snapstart" in columns:
         out += ["", SNAPSTART_NOTE]
+    return out
+
+
+PATH_COLUMNS = (
+    ("ttft_ms_median", "first delta ms"),
+    ("ttft_vs_chat_ms", "vs chat ms"),
+    ("burst_gaps", "burst gaps"),
+    ("deltas", "deltas"),
+    ("cadence_ms_median", "cadence ms"),
+    ("added_ms_p50", "added p50 ms"),
+    ("added_ms_p99", "added p99 ms"),
+)
+
+
+def paths_section(figures: Mapping[str, Any]) -> list[str]:
+    """Every path's bursts and first delta (bench/paths.py), without ``QUOTAS`` and with; the issue's before."""
+    if not figures.get("rows"):
+        return []
+    spec = figures["scenario"]
+    out = [
+        "",
+        f"## Every path (bench/paths.py): {spec['tokens']} tokens {spec['cadence_ms']:g} ms apart, the first at "
+        f"{spec['ttft_ms']:g} ms; {figures['runs']} run(s) a path, {figures['fresh_runs']} fresh environment(s)",
+        "",
+        "Medians over the runs, timed by the bench's Function URL reader; `vs chat`: first delta less chat's on "
+        "the same stack; `added`: a delta's arrival less the endpoint's send of its token. The follower "
+        "(`GET /v1/responses/{id}?stream=true`, sent once its creator has the id) reads the run's event log: its "
+        "first delta counts from its own request, its deltas come in batches by design (its bursts are not a "
+        f"target) and its added delay is bounded at about {figures['follower_bound_ms']} ms (FLUSH_S + POLL_S).",
+        "",
+        "| path | QUOTAS | " + " | ".join(title for _, title in PATH_COLUMNS) + " |",
+        "| --- | --- |" + " ---: |" * len(PATH_COLUMNS),
+    ]
+    for side, rows in figures["rows"].items():
+        for path, row in rows.items():
+            cells = " | ".join(_cell(row.get(key)) for key, _ in PATH_COLUMNS)
+            out.append(f"| `{path}` | {'with' if side.startswith('with ') else 'without'} | {cells} |")
+    before = figures.get("before") or {}
+    if before:
+        out += ["", "Before (issue 53's own figures, main ac84e1a, not this bench's):", ""]
+        out += [f"- `{path}`: {text}" for path, text in before.items()]
     return out
 
 

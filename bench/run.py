@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import cold as cold_start
-from bench import designs, encoders, function, instructions, many, report, responses_encoder, validation
+from bench import designs, encoders, function, instructions, many, paths, report, responses_encoder, validation
 from bench.cold import InitClock, cpu_ns
 from bench.peers import PEERS, reset_peak_rss, status_kb
 from sagestream_local.endpoint import Scenario
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--workloads",
         default=None,
-        help="comma-separated subset of the workloads and of 'cold', 'instructions', 'many-streams'",
+        help="comma-separated subset of the workloads and of 'cold', 'instructions', 'many-streams', 'paths'",
     )
     parser.add_argument("--artifact", type=Path, default=None, help="an artifact already built (else built first)")
     args = parser.parse_args(argv)
@@ -148,7 +148,9 @@ def main(argv: list[str] | None = None) -> int:
     responses_encoder_figures["function"] = responses_encoder.function_cpu(runs=5 if args.quick else 15)
     print(responses_encoder.line(responses_encoder_figures), flush=True)
     # Besides the workloads, two parts of their own: the artifact's cold start and the instruction counts.
-    parts = set(args.workloads.split(",")) if args.workloads else {*specs, "cold", "instructions", "validation"}
+    parts = (
+        set(args.workloads.split(",")) if args.workloads else {*specs, "cold", "instructions", "validation", "paths"}
+    )
     validation_figures: dict[str, Any] = {}
     if "validation" in parts:
         # Request validation per request, msgspec against the pydantic validation it replaced (the test oracle).
@@ -283,6 +285,8 @@ def main(argv: list[str] | None = None) -> int:
         Path(log_file.name).unlink(missing_ok=True)
     # After the peers, each K on a runtime process of its own (bench.many): streams per vCPU, p99, RSS per stream.
     many_streams = many.run([1, 16, 64], 3.0 if args.quick else 10.0) if with_many_streams else []
+    # Every path (chat, Messages, stored and background Responses, a follower), with and without QUOTAS.
+    every_path = paths.measure(*((2, 2) if args.quick else (5, 5)), clock=clock) if "paths" in parts else {}
     notes = [
         "`buffered` is sagestream's own handler run against a stream that keeps every write and sends them as "
         "one at the end (bench/buffered.py), through the same local chain: the tutorial shape, same code.",
@@ -312,6 +316,7 @@ def main(argv: list[str] | None = None) -> int:
         "workloads": docs,
         "many_streams": many_streams,
         "designs_many": designs_many,
+        "paths": every_path,
         "machine": machine,
         "cold": cold,
         "encoders": encoder_figures,
