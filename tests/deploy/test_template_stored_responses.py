@@ -99,3 +99,13 @@ def test_sam_validate_lint_is_clean_with_the_store_on(sam: Path, tmp_path: Path)
     on.write_text(with_defaults((ROOT / "template.yaml").read_text(), defaults))
     result = sam_lint(sam, on)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_a_background_runs_event_waits_no_longer_than_a_queued_run_is_believed(sam: Path) -> None:
+    from sagestream.protocols.responses.runs import MAX_QUEUED_S
+
+    resources = _deployed(sam, ResponsesStore="dynamodb")
+    configs = [r["Properties"] for r in resources.values() if r["Type"] == "AWS::Lambda::EventInvokeConfig"]
+    (config,) = configs
+    assert config["MaximumRetryAttempts"] == 2
+    assert config["MaximumEventAgeInSeconds"] + 60 <= MAX_QUEUED_S

@@ -52,7 +52,7 @@ def one(app: Any, call: Any, response_id: str) -> None:
             return
         found = store.get(response_id, owner)
         if found is None:
-            running = cancelling.status(config, caller, response_id)
+            running = cancelling.status(app, config, caller, response_id)
             if running is not None:
                 call.writer.json(running)
                 return

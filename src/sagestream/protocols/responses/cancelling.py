@@ -56,7 +56,16 @@ def dequeue(app: Any, runs: Runs, response_id: str, owner: str) -> None:
         app.settle_quota(None, found[1].get("quota"))
 
 
-def status(cfg: Config, caller: str, response_id: str) -> dict[str, Any] | None:
-    """A running (or cancelled, or failed) response's object, for ``GET /v1/responses/{id}``; None if none."""
-    state = runs_for(cfg).state(response_id, owner_of(caller))
-    return state.response if state is not None else None
+def status(app: Any, cfg: Config, caller: str, response_id: str) -> dict[str, Any] | None:
+    """A running (or cancelled, or failed) response's object, for ``GET /v1/responses/{id}``; None if none. A
+    background response whose run never started (Lambda dropped its event) reads as failed, and the first read
+    that finds it so gives its caller's quota reservation back."""
+    runs = runs_for(cfg)
+    state = runs.state(response_id, owner_of(caller))
+    if state is None:
+        return None
+    if state.background and state.status == "failed" and runs.give_up(response_id, state.response):
+        found = runs.job(response_id)
+        if found is not None:
+            app.settle_quota(None, found[1].get("quota"))
+    return state.response

@@ -40,6 +40,7 @@ from sagestream.protocols.responses.store import PART_BYTES, DynamoStore, StoreE
 
 __all__ = [
     "ACTIVE",
+    "MAX_QUEUED_S",
     "MAX_RUN_S",
     "TERMINAL",
     "Batch",
@@ -54,6 +55,9 @@ ACTIVE = ("queued", "in_progress")
 TERMINAL = frozenset({"completed", "incomplete", "failed", "cancelled"})
 # Longer than any invocation runs (Lambda's 15 minutes, and a minute more): a run still in progress after it is dead.
 MAX_RUN_S = 16 * 60
+# A background run's event waits in Lambda's queue at most the template's MaximumEventAgeInSeconds (300 s: its
+# EventInvokeConfig), its retries included: one still queued a minute after that will never start.
+MAX_QUEUED_S = 6 * 60
 
 
 class Conflict(Exception):
@@ -168,6 +172,10 @@ class Runs:
             # deadline otherwise). Shown as failed, so that nobody waits for it.
             status = "failed"
             response = {**response, "error": {"code": "server_error", "message": "The run ended before its answer."}}
+        elif status == "queued" and time.time() - started > MAX_QUEUED_S:
+            # Lambda dropped its event (past its maximum age, or its retries spent): it will never run.
+            status = "failed"
+            response = {**response, "error": {"code": "server_error", "message": "The run never started."}}
         return RunState(
             status=status,
             background=bool(item.get("background", {}).get("BOOL")),
@@ -188,19 +196,22 @@ class Runs:
         :class:`Conflict` when it is not."""
         from sagestream.storage import ConditionFailed
 
-        names = {f"#{n}": n for n in (*sets, "status", "owner", "background")}
         given = {f":{n}": v for n, v in sets.items()}
         given.update({f":expected{i}": {"S": s} for i, s in enumerate(expected)})
         given.update(values or {})
         expected_in = ", ".join(f":expected{i}" for i in range(len(expected)))
-        if not also:
-            names = {k: v for k, v in names.items() if k[1:] in sets or k == "#status"}
+        update = "SET " + ", ".join(f"#{n} = :{n}" for n in sets)
+        condition = f"#status IN ({expected_in}){also}"
+        # Every attribute by a name (some are DynamoDB's reserved words), and only those used: DynamoDB refuses
+        # an unused one.
+        used = {*sets, "status", *(n for n in ("owner", "background", "started_at") if f"#{n}" in also)}
+        names = {f"#{n}": n for n in used}
         try:
             self._call(
                 "update_item",
                 Key=_key(response_id, "state"),
-                UpdateExpression="SET " + ", ".join(f"#{n} = :{n}" for n in sets),
-                ConditionExpression=f"#status IN ({expected_in}){also}",
+                UpdateExpression=update,
+                ConditionExpression=condition,
                 ExpressionAttributeNames=names,
                 ExpressionAttributeValues=given,
             )
@@ -256,6 +267,22 @@ class Runs:
                 {"status": {"S": "cancelled"}, "cancel_requested": {"BOOL": True}},
                 also=" AND #owner = :owner AND #background = :true",
                 values={":owner": {"S": owner}, ":true": {"BOOL": True}},
+            )
+        except Conflict:
+            return False
+        return True
+
+    def give_up(self, response_id: str, response: dict[str, Any]) -> bool:
+        """A run still queued past :data:`MAX_QUEUED_S` marked ``failed``, with ``response`` (saying why): True for
+        the one request that did it (the run will never claim it, so what it held is that request's to give
+        back)."""
+        try:
+            self._update(
+                response_id,
+                ("queued",),
+                {"status": {"S": "failed"}, "response": {"B": encode(response)}},
+                also=" AND #started_at < :stale",
+                values={":stale": {"N": str(int(time.time()) - MAX_QUEUED_S)}},
             )
         except Conflict:
             return False
