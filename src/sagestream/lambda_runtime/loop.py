@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import http.client
 import importlib
 import os
@@ -158,6 +159,10 @@ def main() -> int:
         log("ERROR", f"init failed: {kind}", exc=exc)
         client.post_init_error(exc, kind)
         return 1
+    # What init made lives as long as the process: moved out of the collector's sight (gc.freeze), so that no
+    # collection during an invocation walks it, and collection on again (__main__ turned it off for the imports).
+    gc.freeze()
+    gc.enable()
     if os.environ.get("AWS_LAMBDA_INITIALIZATION_TYPE") == "snap-start" and not snapshot_and_restore(client):
         return 1
     if count > 1:
