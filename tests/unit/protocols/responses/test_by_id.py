@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,7 +16,6 @@ from sagestream.http import Request, Routes
 from sagestream.protocols._wire import new_id
 from sagestream.protocols.responses import ROUTES, by_id, stored
 from sagestream.protocols.responses.store import owner_of
-from sagestream_local.dynamodb import LocalDynamoDB
 from tests.fakes import call_of
 
 
@@ -40,23 +38,6 @@ def call(method: str, path: str, **query: str) -> Any:
     route, asked.params = Routes(ROUTES).resolve(path)
     assert route is not None and method in route.methods, (method, path)
     return asked, route
-
-
-@pytest.fixture(scope="module")
-def cfg() -> Iterator[Config]:
-    with LocalDynamoDB() as db, pytest.MonkeyPatch.context() as env:
-        for name, value in {
-            "AWS_ENDPOINT_URL_DYNAMODB": db.url,
-            "AWS_ACCESS_KEY_ID": "local",
-            "AWS_SECRET_ACCESS_KEY": "local",
-            "AWS_DEFAULT_REGION": db.region,
-        }.items():
-            env.setenv(name, value)
-        stored._STORES.clear()
-        stored._RUNS.clear()
-        yield Config(endpoint_name="e", responses_store="dynamodb", responses_table=db.table)
-        stored._STORES.clear()
-        stored._RUNS.clear()
 
 
 def test_each_id_path_is_a_route_with_its_parameter_and_others_are_none() -> None:

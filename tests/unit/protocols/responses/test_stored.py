@@ -3,7 +3,6 @@ refusals (another caller's or an unknown id, a chain past its limit), with moto'
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -13,22 +12,6 @@ from sagestream.errors import APIError
 from sagestream.protocols._wire import new_id
 from sagestream.protocols.responses import stored
 from sagestream.protocols.responses.store import owner_of
-from sagestream_local.dynamodb import LocalDynamoDB
-
-
-@pytest.fixture(scope="module")
-def cfg() -> Iterator[Config]:
-    with LocalDynamoDB() as db, pytest.MonkeyPatch.context() as env:
-        for name, value in {
-            "AWS_ENDPOINT_URL_DYNAMODB": db.url,
-            "AWS_ACCESS_KEY_ID": "local",
-            "AWS_SECRET_ACCESS_KEY": "local",
-            "AWS_DEFAULT_REGION": db.region,
-        }.items():
-            env.setenv(name, value)
-        stored._STORES.clear()
-        yield Config(endpoint_name="e", responses_store="dynamodb", responses_table=db.table, responses_max_chain=2)
-        stored._STORES.clear()
 
 
 def response(response_id: str, text: str) -> dict[str, Any]:
