@@ -304,6 +304,7 @@ ROW_KEYS = (
     "cadence_ms_median",
     "added_ms_p50",
     "added_ms_p99",
+    "added_ms_max",
 )
 
 
@@ -314,8 +315,22 @@ def _row(figures: Mapping[str, Any]) -> dict[str, Any]:
 def line(side: str, path: str, row: Mapping[str, Any]) -> str:
     return (
         f"{side:15} {path:20} first delta {row['ttft_ms_median']} ms  bursts {row['burst_gaps']}/{row['deltas']}"
-        f"  added p50 {row['added_ms_p50']} p99 {row['added_ms_p99']} ms"
+        f"  added p50 {row['added_ms_p50']} p99 {row['added_ms_p99']} max {row['added_ms_max']} ms"
     )
+
+
+def _code() -> dict[str, Any] | None:
+    """The commit measured, and whether src/ had edits not in it (None outside a git work tree)."""
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, check=True
+        )
+        changed = subprocess.run(
+            ["git", "-C", str(ROOT), "status", "--porcelain", "src"], capture_output=True, check=True
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return {"commit": commit.stdout.decode().strip(), "src_modified": bool(changed.stdout.strip())}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -331,6 +346,7 @@ def main(argv: list[str] | None = None) -> int:
         "loadavg_before": " ".join(f"{x:.2f}" for x in os.getloadavg()),
         "cores": os.cpu_count(),
         "quick": args.quick,
+        "code": _code(),
     }
     doc |= measure(*((2, 2) if args.quick else (5, 5)))
     args.out.parent.mkdir(parents=True, exist_ok=True)

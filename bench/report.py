@@ -157,6 +157,7 @@ def metrics(result: Mapping[str, Any], records: Sequence[Record], deltas_cpu_ns:
         "cadence_ms_median": _r(statistics.median(gaps)) if gaps else None,
         "added_ms_p50": _r(_quantile(added, 0.5)),
         "added_ms_p99": _r(_quantile(added, 0.99)),
+        "added_ms_max": _r(max(added)) if added else None,
         "cpu_us_per_delta": _r(cpu_ns / 1000 / deltas, 2) if deltas else None,
         "peak_rss_mb": _r(result["peak_rss_kb"] / 1024, 1),
         "rss_growth_mb": _r((result["peak_rss_kb"] - result["rss_before_kb"]) / 1024, 1),
@@ -472,6 +473,7 @@ PATH_COLUMNS = (
     ("cadence_ms_median", "cadence ms"),
     ("added_ms_p50", "added p50 ms"),
     ("added_ms_p99", "added p99 ms"),
+    ("added_ms_max", "added max ms"),
 )
 
 
