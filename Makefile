@@ -189,9 +189,10 @@ RUNTIME_DEPS = $(shell $(PYTHON) -c 'import tomllib; print(" ".join(tomllib.load
 # botocore ships the API models of every AWS service (30 MB of 44, and over 20 MB zipped). The function
 # makes clients for these only: sagemaker-runtime (the upstream), ssm and secretsmanager (API keys, through
 # Powertools Parameters), sts (role credentials), dynamodb (stored responses, sagestream.protocols.responses.store),
-# lambda (a background response's asynchronous invocation, sagestream.protocols.responses.background). tests/deploy
+# lambda (a background response's asynchronous invocation, sagestream.protocols.responses.background),
+# bedrock-runtime (ApplyGuardrail, sagestream.guardrails). tests/deploy
 # fails if src/sagestream names another.
-BOTOCORE_SERVICES = sagemaker-runtime ssm secretsmanager sts dynamodb lambda
+BOTOCORE_SERVICES = sagemaker-runtime ssm secretsmanager sts dynamodb lambda bedrock-runtime
 # botocore's endpoints.json (1.25 MB: every service's endpoints in every partition) is parsed whole by the
 # first create_client, about 16 ms of a cold start's CPU. The artifact keeps it in botocore's own data folder,
 # so botocore still treats it as its built-in data (from any other search path it would feed its legacy

@@ -6,6 +6,11 @@ with the first chunk and writes each one) and notes each delta on the invocation
 :class:`~sagestream.record.StreamRecord`. Until the first chunk a failure still gets its own HTTP status;
 after it, it travels as one SSE error event and the stream ends without ``[DONE]``.
 
+With a guardrail (``GUARDRAIL_ID``: :mod:`sagestream.guardrails`), both kinds first have the prompt assessed
+(:func:`prompt_refusal`: an intervention is the answer, in the route's own shape, and the endpoint is not called),
+and a streamed answer's deltas pass the :class:`~sagestream.guardrails.OutputStage` between the dialect's
+decoder and the client's encoder, in the one relay loop; a whole answer is assessed once, whole.
+
 Both kinds wait for capacity the same way (:func:`first_answer`, over :mod:`sagestream.capacity`): a held
 stream writes SSE keep-alive comments meanwhile (:class:`KeepAlives`), a whole answer writes nothing.
 
@@ -24,20 +29,31 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
-from sagestream import capacity, faults, upstream
+from sagestream import capacity, faults, guardrails, upstream
 from sagestream.delta import Delta
 from sagestream.dialects import DecodeError, UpstreamStreamError, dialect_named
 from sagestream.errors import APIError
 from sagestream.http import JSON_HEADERS, SSE_HEADERS
+from sagestream.record import GuardrailNote
 from sagestream.relay import KEEPALIVE, KEEPALIVE_EVENT, relay
 
 if TYPE_CHECKING:
     from sagestream.call import Call
-    from sagestream.config import Config
+    from sagestream.config import Config, GuardrailPolicy
     from sagestream.protocols import Completion, Parsed
     from sagestream.record import StreamRecord
 
-__all__ = ["TARGET_HEADER", "KeepAlives", "finish", "first_answer", "invoke", "stream", "whole"]
+__all__ = [
+    "TARGET_HEADER",
+    "KeepAlives",
+    "finish",
+    "first_answer",
+    "guardrail_of",
+    "invoke",
+    "prompt_refusal",
+    "stream",
+    "whole",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -46,10 +62,17 @@ T = TypeVar("T")
 TARGET_HEADER = "x-sagestream-target"
 
 
-def whole(client: Any, call: Call, c: Completion, *, deadline: float) -> Delta:
+def whole(
+    client: Any, call: Call, c: Completion, *, deadline: float, guard: guardrails.Guardrails | None = None
+) -> Delta:
     """The answer in one body, as the completion's API (or its route) writes it, and what the route keeps of it."""
     parsed = c.parsed
-    answer = invoke(client, call, c.cfg, parsed, c.payload, deadline=deadline)
+    policy = guardrail_of(c, guard)
+    answer = prompt_refusal(guard, policy, call, c, deadline=deadline) if guard and policy else None
+    if answer is None:
+        answer = invoke(client, call, c.cfg, parsed, c.payload, deadline=deadline)
+        if guard is not None and policy is not None and policy.output:
+            answer = _assessed_whole(guard, policy, call, answer, deadline=deadline)
     if not answer.finish_reason:
         answer = msgspec.structs.replace(answer, finish_reason="stop")  # keeps tool calls, reasoning, logprobs
     data = c.whole_body(answer)
@@ -77,7 +100,89 @@ def invoke(client: Any, call: Call, cfg: Config, parsed: Parsed, payload: bytes,
         raise faults.error_from(exc) from exc
 
 
-def stream(client: Any, call: Call, c: Completion, *, deadline: float) -> None:
+def guardrail_of(c: Completion, guard: guardrails.Guardrails | None) -> GuardrailPolicy | None:
+    """The model's guardrail for this completion: None without one, and for a count (``count_tokens``: a body of
+    its own, no answer generated)."""
+    if guard is None or c.cfg.guardrail is None or c.body is not None:
+        return None
+    return c.cfg.guardrail
+
+
+def prompt_refusal(
+    guard: guardrails.Guardrails, policy: GuardrailPolicy, call: Call, c: Completion, *, deadline: float
+) -> Delta | None:
+    """The prompt assessed (where the guardrail's sides include it), before the endpoint is called: the answer
+    to write instead when the guardrail intervened, None to go on. A guardrail that fails: the route's 503
+    (failing closed) or on (open)."""
+    note = call.record.guardrail = GuardrailNote()
+    if not policy.prompt:
+        return None
+    text = guardrails.prompt_text(c.parsed.request)
+    started = time.monotonic()
+    try:
+        verdict = guard.assess(policy, text, "INPUT", deadline=deadline)
+    except guardrails.GuardrailError as exc:
+        note.errors += 1
+        logger.warning("the guardrail failed on the prompt (failing %s): %s", policy.fail, exc)
+        if policy.fail == "closed":
+            raise guardrails.unavailable(exc) from exc
+        return None
+    finally:
+        note.prompt_ms = round((time.monotonic() - started) * 1000, 3)
+    note.assessments += 1
+    note.text_units += verdict.units or guardrails.units_of(text)
+    if not verdict.intervened:
+        return None
+    note.intervened, note.reasons = "prompt", list(verdict.reasons)
+    logger.warning("the guardrail intervened on the prompt: %s", "; ".join(verdict.reasons) or "no reason")
+    return guardrails.refusal(verdict)
+
+
+def _assessed_whole(
+    guard: guardrails.Guardrails, policy: GuardrailPolicy, call: Call, answer: Delta, *, deadline: float
+) -> Delta:
+    """A whole answer's text assessed in one call: blocked, the refusal; masked, the masked text."""
+    note = call.record.guardrail or GuardrailNote()
+    call.record.guardrail = note
+    if not answer.content:
+        return answer
+    try:
+        verdict = guard.assess(policy, answer.content, "OUTPUT", deadline=deadline)
+    except guardrails.GuardrailError as exc:
+        note.errors += 1
+        logger.warning("the guardrail failed on the answer (failing %s): %s", policy.fail, exc)
+        if policy.fail == "closed":
+            raise guardrails.unavailable(exc) from exc
+        return answer
+    note.assessments += 1
+    note.text_units += verdict.units or guardrails.units_of(answer.content)
+    if not verdict.intervened:
+        return answer
+    note.intervened, note.reasons = "output", list(verdict.reasons)
+    logger.warning("the guardrail intervened on the answer: %s", "; ".join(verdict.reasons) or "no reason")
+    if verdict.blocked or not verdict.text:
+        return msgspec.structs.replace(guardrails.refusal(verdict), usage=answer.usage)
+    return msgspec.structs.replace(answer, content=verdict.text, logprobs=None)
+
+
+def _refused_stream(call: Call, c: Completion, refusal: Delta, headers: dict[str, str]) -> None:
+    """A prompt the guardrail refused, as a stream in the route's protocol: the refusal, then the normal end."""
+    encoder = call.encoder = c.api.encoder(c.parsed, c.cfg)
+    try:
+        data = encoder.encode(refusal)
+        call.writer.write(data, 200, headers)
+        call.record.wrote(refusal, data)
+        call.writer.write(encoder.done(), 200, headers)
+        finish(call, c.parsed, getattr(encoder, "final", None))
+    finally:
+        ended = getattr(encoder, "ended", None)
+        if ended is not None:
+            call.after.append(ended)
+
+
+def stream(
+    client: Any, call: Call, c: Completion, *, deadline: float, guard: guardrails.Guardrails | None = None
+) -> None:
     """Open the upstream stream and write each delta the moment it is decoded.
 
     The encoder is the sink's edge: the client's protocol, and for a Responses run also its event log
@@ -88,6 +193,12 @@ def stream(client: Any, call: Call, c: Completion, *, deadline: float) -> None:
     another service stands between two deltas or before the answer's end."""
     record, writer = call.record, call.writer
     cfg, parsed, payload = c.cfg, c.parsed, c.payload
+    policy = guardrail_of(c, guard)
+    if guard is not None and policy is not None:
+        refused = prompt_refusal(guard, policy, call, c, deadline=deadline)
+        if refused is not None:
+            _refused_stream(call, c, refused, {**SSE_HEADERS, **parsed.headers})
+            return
     # Made first: a request held for capacity may have started the response with keep-alives, and a fault
     # after them is this encoder's error event.
     encoder = call.encoder = c.api.encoder(parsed, cfg)
@@ -107,8 +218,15 @@ def stream(client: Any, call: Call, c: Completion, *, deadline: float) -> None:
         # Closed at once however the loop ends (a client gone raises out of the write): the endpoint stops
         # generating for nobody.
         with parts:
-            decoder = dialect_named(cfg.dialect).stream_decoder(parsed.request)
-            for item, data in relay(_timed(parts, record), decoder, encoder):
+            decoder: Any = dialect_named(cfg.dialect).stream_decoder(parsed.request)
+            timed: Iterable[bytes] = _timed(parts, record)
+            if guard is not None and policy is not None and policy.output:
+                # The guardrail's stage, between the decoder and the encoder: the one loop carries it.
+                note = record.guardrail or GuardrailNote()
+                record.guardrail = note
+                decoder = guardrails.OutputStage(decoder, guard, policy, note, deadline=deadline)
+                timed = guardrails.with_end(timed, decoder)
+            for item, data in relay(timed, decoder, encoder):
                 if isinstance(item, APIError):
                     record.fail(item)
                     logger.warning("stream ended by an upstream failure: %s", item.message)

@@ -56,6 +56,7 @@ from sagestream.telemetry import Telemetry, prompt_of
 
 if TYPE_CHECKING:
     from sagestream.delta import Delta
+    from sagestream.guardrails import Guardrails
     from sagestream.protocols import ClientAPI, Parsed
     from sagestream.quotas import DynamoQuotas
 
@@ -82,6 +83,12 @@ class App:
             from sagestream.quotas import DynamoQuotas
 
             self.quotas = DynamoQuotas(config.quotas_table or "", config.quotas)
+        # Bedrock Guardrails (GUARDRAIL_ID, or a model's own): its client and workers made here, never on a request.
+        self.guardrails: Guardrails | None = None
+        if config.guardrail is not None or any(m.guardrail is not None for m in config.models):
+            from sagestream.guardrails import Guardrails
+
+            self.guardrails = Guardrails()
         self._margin_checked = False
 
     def __call__(self, event: dict[str, Any], stream: ResponseStream, context: LambdaContext) -> None:
@@ -251,9 +258,9 @@ class App:
             record.inference_id, record.prefix_aware_id = call.ids.inference_id, call.ids.prefix_aware_id
         with self.telemetry.upstream(record):  # the trace subsegment ends with the stream
             if c.streamed:
-                answer.stream(self.client, call, c, deadline=self.deadline(call))
+                answer.stream(self.client, call, c, deadline=self.deadline(call), guard=self.guardrails)
                 return None
-            return answer.whole(self.client, call, c, deadline=self.deadline(call))
+            return answer.whole(self.client, call, c, deadline=self.deadline(call), guard=self.guardrails)
 
     # What the protocols' own routes ask of the app (sagestream.protocols.App), each documented where it is.
 

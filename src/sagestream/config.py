@@ -39,7 +39,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Mapping
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 import msgspec
@@ -47,7 +47,7 @@ import msgspec
 from sagestream.dialects import DIALECTS, dialect_named, prompts
 from sagestream.settings import AUTH_MODES, READ_BY_CONFIG, SETTINGS, ConfigError
 
-__all__ = ["AUTH_MODES", "Config", "ConfigError", "Fallback", "ModelTarget", "parse_models"]
+__all__ = ["AUTH_MODES", "Config", "ConfigError", "Fallback", "GuardrailPolicy", "ModelTarget", "parse_models"]
 
 
 def openai_fields() -> frozenset[str]:
@@ -76,6 +76,66 @@ class Fallback(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     target_variant: NonEmpty | None = None
 
 
+class GuardrailPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A model's Bedrock guardrail (``GUARDRAIL_*``; :mod:`sagestream.guardrails`): which, what it assesses, how.
+
+    >>> GuardrailPolicy("gr-1").prompt, GuardrailPolicy("gr-1", sides="output").prompt
+    (True, False)
+    """
+
+    identifier: NonEmpty
+    version: NonEmpty = "DRAFT"
+    sides: Literal["prompt", "output", "both"] = "both"
+    mode: Literal["async", "sync"] = "async"
+    window: Annotated[int, msgspec.Meta(ge=1)] = 1000
+    fail: Literal["closed", "open"] = "closed"
+
+    @property
+    def prompt(self) -> bool:
+        return self.sides != "output"
+
+    @property
+    def output(self) -> bool:
+        return self.sides != "prompt"
+
+
+class GuardrailEntry(msgspec.Struct, forbid_unknown_fields=True):
+    """A model's own ``guardrail`` in ``MODELS``: unset keys take the ``GUARDRAIL_*`` settings."""
+
+    id: NonEmpty | None = None
+    version: NonEmpty | None = None
+    sides: Literal["prompt", "output", "both"] | None = None
+    mode: Literal["async", "sync"] | None = None
+    window: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    fail: Literal["closed", "open"] | None = None
+
+
+def guardrail_policy(values: Mapping[str, Any], entry: GuardrailEntry | bool | None = None) -> GuardrailPolicy | None:
+    """The guardrail of the ``GUARDRAIL_*`` settings in ``values``, or of a model's ``entry`` over them; None: off.
+
+    >>> glob = {"GUARDRAIL_ID": "g", "GUARDRAIL_VERSION": "1", "GUARDRAIL_SIDES": "both",
+    ...     "GUARDRAIL_OUTPUT_MODE": "async", "GUARDRAIL_WINDOW_CHARS": 1000, "GUARDRAIL_FAIL": "closed"}
+    >>> guardrail_policy(glob, GuardrailEntry(mode="sync")).mode, guardrail_policy(glob, False)
+    ('sync', None)
+    """
+    if entry is False:
+        return None
+    own = entry if isinstance(entry, GuardrailEntry) else GuardrailEntry()
+    identifier = own.id or values["GUARDRAIL_ID"]
+    if identifier is None:
+        if entry is not None:
+            raise ConfigError("MODELS: a model's guardrail needs an id (its own, or GUARDRAIL_ID)")
+        return None
+    return GuardrailPolicy(
+        identifier,
+        version=own.version or values["GUARDRAIL_VERSION"],
+        sides=own.sides or values["GUARDRAIL_SIDES"],
+        mode=own.mode or values["GUARDRAIL_OUTPUT_MODE"],
+        window=own.window or values["GUARDRAIL_WINDOW_CHARS"],
+        fail=own.fail or values["GUARDRAIL_FAIL"],
+    )
+
+
 class ModelEntry(msgspec.Struct, forbid_unknown_fields=True):
     """One model of ``MODELS``: where its requests go. Only ``endpoint`` is required.
 
@@ -96,6 +156,8 @@ class ModelEntry(msgspec.Struct, forbid_unknown_fields=True):
     prefix_aware_routing: bool | None = None
     cold_wait_s: Annotated[float, msgspec.Meta(ge=0)] | None = None
     fallbacks: tuple[Fallback, ...] = ()
+    # The model's own guardrail over the GUARDRAIL_* settings; false: none for this model.
+    guardrail: GuardrailEntry | bool | None = None
 
 
 # The keys of one model in MODELS.
@@ -115,9 +177,12 @@ class ModelTarget(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     prefix_aware_routing: bool = False
     cold_wait_s: float = 0.0
     fallbacks: tuple[Fallback, ...] = ()
+    guardrail: GuardrailPolicy | None = None
 
 
-def parse_models(text: str, *, defaults: ModelTarget) -> tuple[ModelTarget, ...]:
+def parse_models(
+    text: str, *, defaults: ModelTarget, values: Mapping[str, Any] | None = None
+) -> tuple[ModelTarget, ...]:
     """``MODELS``' JSON as targets, in its order; :class:`ConfigError` naming the model and key at fault.
 
     ``defaults`` carries the global settings (its ``model_id`` and ``endpoint_name`` are not used).
@@ -163,6 +228,7 @@ def parse_models(text: str, *, defaults: ModelTarget) -> tuple[ModelTarget, ...]
                 ),
                 cold_wait_s=defaults.cold_wait_s if entry.cold_wait_s is None else entry.cold_wait_s,
                 fallbacks=entry.fallbacks,
+                guardrail=defaults.guardrail if values is None else guardrail_policy(values, entry.guardrail),
             )
         )
     return tuple(targets)
@@ -266,6 +332,8 @@ class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     breaker_failures: int = 5
     breaker_cooldown_s: float = 10.0
     breaker_max_cooldown_s: float = 120.0
+    # Bedrock Guardrails on the prompt and the answer (sagestream.guardrails); None: off.
+    guardrail: GuardrailPolicy | None = None
     # Every model served, the first the default; the one-model case is the single settings above.
     models: tuple[ModelTarget, ...] = ()
 
@@ -292,6 +360,7 @@ class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
                     prefix_aware_routing=target.prefix_aware_routing,
                     cold_wait_s=target.cold_wait_s,
                     fallbacks=target.fallbacks,
+                    guardrail=target.guardrail,
                 )
         return None
 
@@ -342,6 +411,7 @@ class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         fields["jwt_audience"], fields["jwt_page_client_id"] = jwt_clients(values, fetch_parameter)
         check_jwt_mode(values, fields["jwt_audience"])
         fields["tracing"] = not values["POWERTOOLS_TRACE_DISABLED"]
+        fields["guardrail"] = guardrail_policy(values)
         if models_text is not None:
             fields["models"] = several_models(models_text, values)
             first = fields["models"][0]
@@ -389,7 +459,7 @@ def several_models(models_text: str, values: Mapping[str, Any]) -> tuple[ModelTa
         prefix_aware_routing=values["PREFIX_AWARE_ROUTING"],
         cold_wait_s=values["COLD_WAIT_S"],
     )
-    models = parse_models(models_text, defaults=defaults)
+    models = parse_models(models_text, defaults=defaults, values=values)
     endpoint = values["SAGEMAKER_ENDPOINT_NAME"]
     if endpoint is not None and endpoint not in {m.endpoint_name for m in models}:
         raise ConfigError(

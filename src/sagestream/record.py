@@ -37,7 +37,7 @@ import msgspec
 from sagestream.delta import Delta
 from sagestream.errors import DEADLINE_EXCEEDED, APIError
 
-__all__ = ["Cadence", "Histogram", "StreamRecord"]
+__all__ = ["Cadence", "GuardrailNote", "Histogram", "StreamRecord"]
 
 
 class Histogram:
@@ -125,6 +125,18 @@ class Cadence:
         return self.gaps.quantile(0.5)
 
 
+class GuardrailNote(msgspec.Struct, forbid_unknown_fields=True):
+    """What the guardrail did on one request (:mod:`sagestream.guardrails`): its assessments and the text units
+    they were billed, where it intervened (``prompt`` or ``output``) and why, and the calls that failed."""
+
+    assessments: int = 0
+    text_units: int = 0
+    intervened: str | None = None
+    reasons: list[str] = msgspec.field(default_factory=list)
+    errors: int = 0
+    prompt_ms: float | None = None  # the prompt's assessment, before the endpoint was called
+
+
 class StreamRecord(msgspec.Struct, forbid_unknown_fields=True):
     """What one invocation did, for its log record and metrics; made per request, never kept.
 
@@ -187,6 +199,7 @@ class StreamRecord(msgspec.Struct, forbid_unknown_fields=True):
     completion: list[str] | None = None  # the answer's text, kept only when LOG_PAYLOADS=true
     # Request fields and headers accepted as documented no-ops (invariant 8), by the client's name, with a count.
     noops: dict[str, int] = msgspec.field(default_factory=dict)
+    guardrail: GuardrailNote | None = None  # GUARDRAIL_ID: what the guardrail did (None: no guardrail)
 
     @property
     def output_tokens(self) -> int:

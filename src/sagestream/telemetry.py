@@ -42,6 +42,10 @@ the start of the invocation:
 - ``ClientDisconnects`` and ``DeadlineStops``: 1 or 0, on every invocation;
 - ``BreakerOpen`` (1: the request's failure opened a target's circuit breaker) and ``BreakerRefusals`` (1: a call
   was refused by an open one), where the log record has ``breaker``.
+- ``GuardrailAssessments``, ``GuardrailTextUnits`` (what ApplyGuardrail bills), ``GuardrailInterventions`` (1 or
+  0) and ``GuardrailErrors``, where the log record has ``guardrail`` (``GUARDRAIL_ID``: its assessments,
+  text units, ``intervened`` (``prompt`` or ``output``), the assessments' ``reasons``, its ``errors`` and
+  ``prompt_ms``, the prompt's assessment before the endpoint was called).
 
 Beside it, in records of their own because EMF dimensions are per record: ``UpstreamErrors`` (1, with an
 ``ErrorType`` dimension, the error's code, e.g. ``model_stream_error``) when the endpoint or the path
@@ -176,6 +180,8 @@ def invocation_fields(
             fields["quota_settle_failed"] = record.quota_settle_failed
     if record.noops:
         fields["noops"] = dict(record.noops)  # what clients send that cannot change the answer, counted
+    if record.guardrail is not None:  # GUARDRAIL_ID: assessments, text units billed, an intervention and why
+        fields["guardrail"] = msgspec.structs.asdict(record.guardrail)
     # Who called, where the front or the function checked it: the signing principal, the token's subject, or the
     # id of the key API Gateway checked (never a key itself).
     checked = config.auth_mode in ("iam", "jwt") or (
@@ -242,6 +248,12 @@ def invocation_metrics(
             main.add_metric("QuotaTokens", MetricUnit.Count, record.quota_tokens)
             main.add_metric("QuotaSettleRetries", MetricUnit.Count, record.quota_settle_retries)
             main.add_metric("QuotaSettleFailures", MetricUnit.Count, int(record.quota_settle_failed))
+    guard = record.guardrail
+    if guard is not None:  # GUARDRAIL_ID: what it cost (text units) and what it did
+        main.add_metric("GuardrailAssessments", MetricUnit.Count, guard.assessments)
+        main.add_metric("GuardrailTextUnits", MetricUnit.Count, guard.text_units)
+        main.add_metric("GuardrailInterventions", MetricUnit.Count, int(guard.intervened is not None))
+        main.add_metric("GuardrailErrors", MetricUnit.Count, guard.errors)
     main.add_metadata("function_request_id", request_id)
     blobs.append(dict(main.serialize_metric_set()))
     if record.upstream_started is not None and record.error_code and record.error_code != DEADLINE_EXCEEDED:

@@ -106,6 +106,13 @@ def main(argv: list[str] | None = None) -> int:
             f"table {stack.env.get('QUOTAS_TABLE') or os.environ.get('QUOTAS_TABLE')}; answers carry x-ratelimit-*)",
             flush=True,
         )
+    if stack.guardrail is not None:
+        print(
+            f"  guardrail:  {stack.guardrail.url}  (Bedrock's ApplyGuardrail stand-in, guardrail "
+            f"{stack.guardrail.identifier!r}; rules: curl -X POST {stack.guardrail.url}/_guardrail/rules "
+            """-d '{"denied_words": ["zorp"]}')""",
+            flush=True,
+        )
     if stack.lambda_invoke is not None:
         print(
             f"  background: {stack.lambda_invoke.url}  (Lambda's async Invoke: background responses run here)",

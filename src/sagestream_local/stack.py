@@ -23,6 +23,10 @@ names another), and so, with ``QUOTAS`` and no ``QUOTAS_TABLE``, do the quotas' 
 :class:`~sagestream_local.lambda_invoke.LambdaInvoke` stands in for Lambda's asynchronous ``Invoke`` (unless
 ``AWS_ENDPOINT_URL_LAMBDA`` names another), so background responses run in the same runtime processes.
 
+With ``GUARDRAIL_ID`` (or ``GUARDRAIL``, the words a local guardrail denies: ``make run GUARDRAIL=word,word``) and
+no ``AWS_ENDPOINT_URL_BEDROCK_RUNTIME``, the stack runs :class:`~sagestream_local.guardrail.LocalGuardrail`, the
+stand-in of Bedrock's ``ApplyGuardrail``, and points the function at it.
+
 With ``AUTH_MODE=jwt`` and no ``JWT_ISSUER``, the stack also runs a
 :class:`~sagestream_local.oidc.LocalIssuer` on loopback, and points ``JWT_ISSUER``, ``JWT_AUDIENCE``,
 ``JWT_REQUIRED_SCOPES`` and ``JWT_PAGE_CLIENT_ID`` at it (each only where unset); the chat page's URL is its
@@ -47,6 +51,7 @@ from sagestream_local.cors import Cors
 from sagestream_local.dynamodb import LocalDynamoDB
 from sagestream_local.endpoint import Scenario, SimulatedEndpoint
 from sagestream_local.function_url import IDLE_TIMEOUT_S, FunctionURL
+from sagestream_local.guardrail import LOCAL_GUARDRAIL_ID, LocalGuardrail, Rules
 from sagestream_local.lambda_invoke import LambdaInvoke
 from sagestream_local.oidc import LocalIssuer
 from sagestream_local.rest_front import THROTTLE_BURST, THROTTLE_RATE, ApiGateway, UsagePlan, rest_front
@@ -108,6 +113,16 @@ class LocalStack:
             self.env.setdefault("JWT_AUDIENCE", self.issuer.audience)
             self.env.setdefault("JWT_REQUIRED_SCOPES", self.issuer.scope)
             self.env.setdefault("JWT_PAGE_CLIENT_ID", self.issuer.client_id)
+        # A guardrail and no Bedrock named: the stand-in, denying GUARDRAIL's words and masking e-mail addresses.
+        self.guardrail: LocalGuardrail | None = None
+        words = tuple(w.strip() for w in (merged.get("GUARDRAIL") or "").split(",") if w.strip())
+        if words and not merged.get("GUARDRAIL_ID"):
+            self.env["GUARDRAIL_ID"] = LOCAL_GUARDRAIL_ID
+        guardrail_id = self.env.get("GUARDRAIL_ID") or merged.get("GUARDRAIL_ID")
+        if guardrail_id and not merged.get("AWS_ENDPOINT_URL_BEDROCK_RUNTIME"):
+            email = {"name": "EMAIL", "regex": r"[\w.+-]+@[\w-]+\.[\w.]+", "action": "ANONYMIZED"}
+            rules = Rules(denied_words=words, pii=(email,) if words else ())
+            self.guardrail = LocalGuardrail(guardrail_id, rules=rules)
         # RESPONSES_STORE=dynamodb with no DynamoDB named: the Responses API keeps its responses in moto's server.
         # QUOTAS with no table named: the counts are kept there too.
         self.dynamodb: LocalDynamoDB | None = None
@@ -179,6 +194,10 @@ class LocalStack:
             self.lambda_invoke.start()
             self.env["AWS_ENDPOINT_URL_LAMBDA"] = self.lambda_invoke.url
             self.env["NO_PROXY"] = ",".join(filter(None, [os.environ.get("NO_PROXY"), "127.0.0.1", "localhost"]))
+        if self.guardrail is not None:
+            self.guardrail.start()
+            self.env["AWS_ENDPOINT_URL_BEDROCK_RUNTIME"] = self.guardrail.url
+            self.env["NO_PROXY"] = ",".join(filter(None, [os.environ.get("NO_PROXY"), "127.0.0.1", "localhost"]))
         if self.issuer is not None:  # before the runtime processes: their init fetches its keys
             self.issuer.start()
             self.env["JWT_ISSUER"] = self.issuer.url
@@ -232,6 +251,8 @@ class LocalStack:
             self.engine.stop()
         if self.issuer is not None:
             self.issuer.stop()
+        if self.guardrail is not None:
+            self.guardrail.stop()
         if self.dynamodb is not None:
             self.dynamodb.stop()
         if self.lambda_invoke is not None:

@@ -66,8 +66,9 @@ def test_the_function_reads_every_declared_setting_and_nothing_undeclared() -> N
 def test_every_config_field_is_filled_by_a_declared_setting_or_a_named_rule() -> None:
     declared = {s.field for s in SETTINGS if s.field is not None}
     # tracing: POWERTOOLS_TRACE_DISABLED inverted; models: MODELS or MODELS_PARAMETER's JSON (config.several_models);
-    # fallbacks: a model's own, from its MODELS entry (Config.for_model); quotas: QUOTAS read (config.quota_policy)
-    assert set(Config.__struct_fields__) - declared == {"tracing", "models", "fallbacks", "quotas"}
+    # fallbacks: a model's own, from its MODELS entry (Config.for_model); quotas: QUOTAS read (config.quota_policy);
+    # guardrail: the GUARDRAIL_* settings read together, or a model's own (config.guardrail_policy)
+    assert set(Config.__struct_fields__) - declared == {"tracing", "models", "fallbacks", "quotas", "guardrail"}
     assert len(declared) == len([s for s in SETTINGS if s.field is not None]), "one setting per field"
 
 

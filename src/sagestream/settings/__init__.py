@@ -1,5 +1,5 @@
 """Every environment variable the function is configured by, declared once: :data:`SETTINGS`, assembled from the
-declarations of each part (``_upstream``, ``_access``, ``_kept``) in the order of the docs' table.
+declarations of each part (``_upstream``, ``_access``, ``_kept``, ``_guardrails``) in the order of the docs' table.
 
 Each :class:`Setting` names its variable, its kind of value (and so how it is parsed and what is allowed),
 its default, what it means, the :mod:`sagestream.config` field it fills and the ``template.yaml`` parameter
@@ -36,6 +36,7 @@ import sys
 
 from sagestream.settings import _page
 from sagestream.settings._access import SETTINGS as _ACCESS
+from sagestream.settings._guardrails import SETTINGS as _GUARDRAILS
 from sagestream.settings._kept import SETTINGS as _KEPT
 from sagestream.settings._page import REGENERATE, TABLE_BEGIN, TABLE_END
 from sagestream.settings._setting import AUTH_MODES, READ_BY_CONFIG, ConfigError, Kind, Setting
@@ -57,8 +58,8 @@ __all__ = [
     "with_table",
 ]
 
-# In the order of the docs' table: the upstream, the requests, the stream, access control, telemetry.
-SETTINGS: tuple[Setting, ...] = (*_UPSTREAM, *_ACCESS, *_KEPT)
+# In the order of the docs' table: the upstream, the requests, the stream, access control, telemetry, guardrails.
+SETTINGS: tuple[Setting, ...] = (*_UPSTREAM, *_ACCESS, *_KEPT, *_GUARDRAILS)
 
 SETTING: dict[str, Setting] = {s.env: s for s in SETTINGS}
 
