@@ -420,3 +420,29 @@ def test_a_wrong_api_key_shows_the_401_message(key_chat: Chat, key_server: Serve
 def test_the_page_serves_without_iam_auth_field(chat: Chat) -> None:
     assert not chat.page.is_visible("#api-key")
     assert chat.page.input_value("#model") == "sagestream-sim"
+
+
+# ------------------------------------------------------------------------------------------------ guardrail
+
+
+@pytest.fixture(scope="module")
+def guarded_server() -> Iterator[Server]:
+    s = start_server({"GUARDRAIL": "zorp"})  # make run GUARDRAIL=zorp: the ApplyGuardrail stand-in denies it
+    yield s
+    stop_server(s)
+
+
+def test_a_guardrail_intervention_shows_as_one(browser: Any, guarded_server: Server) -> None:
+    guarded_server.scenario(tokens=8, cadence_ms=5, ttft_ms=20)
+    guarded_server.clear()
+    context = browser.new_context(viewport={"width": 1100, "height": 760})
+    chat = Chat(context.new_page(), guarded_server).open()
+    chat.send("Tell me about zorp")
+    assert chat.wait_final() == "done"
+    assert chat.answer() == "Sorry, the model cannot answer this question."  # the guardrail's blocked message
+    filtered = chat.page.locator(".turn.assistant.filtered")
+    assert filtered.count() == 1
+    assert filtered.locator(".note").text_content() == "stopped by the guardrail (content_filter)"
+    assert guarded_server.streams() == [], "the refused prompt never reached the endpoint"
+    context.close()
+    assert chat.problems == []
