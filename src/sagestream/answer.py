@@ -68,15 +68,19 @@ def whole(
     """The answer in one body, as the completion's API (or its route) writes it, and what the route keeps of it."""
     parsed = c.parsed
     policy = guardrail_of(c, guard)
-    answer = prompt_refusal(guard, policy, call, c, deadline=deadline) if guard and policy else None
-    if answer is None:
+    refused = prompt_refusal(guard, policy, call, c, deadline=deadline) if guard and policy else None
+    if refused is None:
         answer = invoke(client, call, c.cfg, parsed, c.payload, deadline=deadline)
         if guard is not None and policy is not None and policy.output:
             answer = _assessed_whole(guard, policy, call, answer, deadline=deadline)
+    else:
+        answer = refused
     if not answer.finish_reason:
         answer = msgspec.structs.replace(answer, finish_reason="stop")  # keeps tool calls, reasoning, logprobs
     data = c.whole_body(answer)
     call.record.wrote(answer, b"")  # a whole answer has no first delta or cadence
+    if refused is not None:
+        call.record.output_deltas = 0  # the guardrail's message: nothing was generated, nor is charged
     call.writer.write(data, 200, {**JSON_HEADERS, **parsed.headers})
     finish(call, parsed, data)
     return answer
@@ -172,6 +176,7 @@ def _refused_stream(call: Call, c: Completion, refusal: Delta, headers: dict[str
         data = encoder.encode(refusal)
         call.writer.write(data, 200, headers)
         call.record.wrote(refusal, data)
+        call.record.output_deltas = 0  # the guardrail's message: nothing was generated, nor is charged
         call.writer.write(encoder.done(), 200, headers)
         finish(call, c.parsed, getattr(encoder, "final", None))
     finally:

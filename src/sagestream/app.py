@@ -283,6 +283,8 @@ def _build() -> App:
     app = App(config, upstream.make_client(config))
     # SnapStart: connections made before the snapshot lead nowhere once restored (sagestream.lambda_runtime runs it).
     register_after_restore(upstream.forget_connections, app.client)
+    if app.guardrails is not None:  # Bedrock's client, made at init too
+        register_after_restore(app.guardrails.forget_connections)
     if config.responses_store != "none" or config.quotas is not None:  # the tables' client, made at init too
         from sagestream import storage
 

@@ -122,6 +122,11 @@ class Guardrails:
         self.cap_s = cap_s
         self._workers = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="guardrail")
 
+    def forget_connections(self) -> None:
+        """Close the client's pooled connections (SnapStart's restore: those made before the snapshot lead
+        nowhere), so that each next call opens a fresh one."""
+        self.client._endpoint.http_session.close()  # botocore's URLLib3Session: clears its urllib3 pools
+
     def submit(self, policy: GuardrailPolicy, text: str, source: str) -> Future[Verdict]:
         """One assessment started on a worker; its answer is :meth:`result`'s."""
         return self._workers.submit(_ask, self.client, policy, text, source)

@@ -279,3 +279,20 @@ def test_a_slow_guardrail_is_bounded_and_mid_stream_an_error_event(stack_for: Ge
     streamed = chat(stack, "Tell me about lakes", max_tokens=40)
     last = streamed.data_events()[-1]
     assert streamed.status == 200 and last["error"]["code"] == "guardrail_unavailable"
+
+
+def test_a_refused_prompt_counts_against_the_quota_as_a_request(stack_for: GetStack) -> None:
+    stack = guarded(
+        stack_for, AUTH_MODE="api_key", API_KEYS="sk-guarded", QUOTAS="requests_per_minute=2 tokens_per_minute=100000"
+    )
+    assert stack.guardrail is not None
+    stack.guardrail.set_rules(denied_words=["zorp"])
+    key = {"authorization": "Bearer sk-guarded"}
+    body = {"messages": [{"role": "user", "content": "Tell me about zorp"}], "stream": True}
+    first = request(stack.url, "POST", "/v1/chat/completions", body, headers=key)
+    assert first.status == 200 and chat_text(first) == (BLOCKED, "content_filter")
+    assert first.header("x-ratelimit-remaining-requests") == "1"
+    assert request(stack.url, "POST", "/v1/chat/completions", body, headers=key).status == 200
+    third = request(stack.url, "POST", "/v1/chat/completions", body, headers=key)
+    assert third.status == 429, "two refused prompts were two requests of the minute's two"
+    assert calls_for(stack, "Tell me about zorp") == []
