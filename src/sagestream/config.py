@@ -247,7 +247,7 @@ def _model_entry(model_id: str, value: Any) -> ModelEntry:
         return msgspec.convert(value, ModelEntry, strict=True)
     except msgspec.ValidationError as e:
         text = str(e)
-        key = next((k for k in MODEL_KEYS if f"`{k}`" in text or f"$.{k}`" in text or f"$.{k}[" in text), "?")
+        key = next((k for k in MODEL_KEYS if f"`{k}`" in text or any(f"$.{k}{c}" in text for c in "`[.")), "?")
         reason = "Field required" if text.startswith("Object missing required field") else text.split(" - at ")[0]
         raise ConfigError(f"MODELS: model {model_id!r}: key {key!r}: {reason}") from None
 
