@@ -168,7 +168,7 @@ def test_async_an_intervention_mid_stream_closes_the_upstream_within_a_window_an
     assert record.outcome == "client_closed" and len(record.tokens) < 1200
 
 
-@pytest.mark.parametrize("route", ["messages", "responses"])
+@pytest.mark.parametrize("route", ["chat", "messages", "responses"])
 def test_async_an_intervention_in_the_first_window_ends_each_route_in_its_own_shape(
     stack_for: GetStack, route: str
 ) -> None:
@@ -181,7 +181,10 @@ def test_async_an_intervention_in_the_first_window_ends_each_route_in_its_own_sh
     assert at < 1000
     stack.endpoint.clear_records()
     stack.guardrail.set_rules(denied_words=[word])
-    if route == "messages":
+    if route == "chat":
+        said, finish = chat_text(chat(stack, prompt, max_tokens=1200))
+        assert finish == "content_filter"
+    elif route == "messages":
         events = [e for e in messages(stack, prompt, max_tokens=1200).data_events() if isinstance(e, dict)]
         stop = next(e for e in events if e["type"] == "message_delta")
         assert stop["delta"]["stop_reason"] == "refusal" and events[-1]["type"] == "message_stop"
@@ -297,3 +300,56 @@ def test_a_refused_prompt_counts_against_the_quota_as_a_request(stack_for: GetSt
     third = request(stack.url, "POST", "/v1/chat/completions", body, headers=key)
     assert third.status == 429, "two refused prompts were two requests of the minute's two"
     assert calls_for(stack, "Tell me about zorp") == []
+
+
+def test_sync_a_blocked_window_is_never_released(stack_for: GetStack) -> None:
+    stack = guarded(stack_for, GUARDRAIL_SIDES="output", GUARDRAIL_OUTPUT_MODE="sync", GUARDRAIL_WINDOW_CHARS="300")
+    assert stack.guardrail is not None and stack.endpoint is not None
+    stack.endpoint.set_scenario(cadence_ms=1, non_ascii=0.0, tokens=600)
+    prompt = "Tell me a long story about hills"
+    full, _ = chat_text(chat(stack, prompt, max_tokens=600))
+    phrase, at = _phrase_first_after(full, 1200)
+    stack.endpoint.clear_records()
+    stack.guardrail.set_rules(denied_words=[phrase])
+    text, finish = chat_text(chat(stack, prompt, max_tokens=600))
+    sent = text.removesuffix(BLOCKED)
+    assert finish == "content_filter" and text.endswith(BLOCKED) and full.startswith(sent)
+    assert phrase.lower() not in sent.lower() and at - 300 <= len(sent) <= at, "only assessed windows went out"
+    record = stack.endpoint.wait_for_record(lambda r: prompt_of(r.request) == prompt and r.outcome != "streaming")
+    assert record.outcome == "client_closed"
+
+
+@pytest.mark.parametrize("background", [False, True])
+def test_a_stored_or_background_response_keeps_what_the_client_got(stack_for: GetStack, background: bool) -> None:
+    stack = guarded(stack_for, concurrency=3, GUARDRAIL_SIDES="output", RESPONSES_STORE="dynamodb", API_KEYS="k-g")
+    assert stack.guardrail is not None and stack.endpoint is not None
+    stack.endpoint.set_scenario(cadence_ms=2, non_ascii=0.0, tokens=1200)
+    prompt = f"Tell me a long story about ponds ({background})"
+    key = {"authorization": "Bearer k-g"}
+    full, _ = chat_text(
+        request(
+            stack.url,
+            "POST",
+            "/v1/chat/completions",
+            {"messages": [{"role": "user", "content": prompt}], "stream": True, "max_tokens": 1200},
+            headers=key,
+        )
+    )
+    phrase, _ = _phrase_first_after(full, 1500)
+    stack.guardrail.set_rules(denied_words=[phrase])
+    body = {"input": prompt, "stream": True, "store": True, "max_output_tokens": 1200, "background": background}
+    events = [e for e in request(stack.url, "POST", "/v1/responses", body, headers=key).data_events()]
+    events = [e for e in events if isinstance(e, dict)]
+    said = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
+    assert events[-1]["type"] == "response.incomplete" and said.endswith(BLOCKED)
+    response_id = events[0]["response"]["id"]
+    deadline = time.monotonic() + 20
+    while True:  # the store's write runs once the response is closed
+        kept = request(stack.url, "GET", f"/v1/responses/{response_id}", headers=key)
+        if kept.status == 200 and kept.json()["status"] != "in_progress":
+            break
+        assert time.monotonic() < deadline, (kept.status, kept.body[:200])
+        time.sleep(0.05)
+    stored = kept.json()
+    assert stored["status"] == "incomplete" and stored["incomplete_details"] == {"reason": "content_filter"}
+    assert stored["output"][0]["content"][0]["text"] == said
