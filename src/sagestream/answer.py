@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
-from sagestream import capacity, faults, guardrails, upstream
+from sagestream import capacity, faults, upstream
 from sagestream.delta import Delta
 from sagestream.dialects import DecodeError, UpstreamStreamError, dialect_named
 from sagestream.errors import APIError
@@ -38,6 +38,7 @@ from sagestream.record import GuardrailNote
 from sagestream.relay import KEEPALIVE, KEEPALIVE_EVENT, relay
 
 if TYPE_CHECKING:
+    from sagestream import guardrails
     from sagestream.call import Call
     from sagestream.config import Config, GuardrailPolicy
     from sagestream.protocols import Completion, Parsed
@@ -121,6 +122,8 @@ def prompt_refusal(
     note = call.record.guardrail = GuardrailNote()
     if not policy.prompt:
         return None
+    from sagestream import guardrails  # with a guardrail only: its imports are no other deployment's init
+
     text = guardrails.prompt_text(c.parsed.request)
     started = time.monotonic()
     try:
@@ -146,6 +149,8 @@ def _assessed_whole(
     guard: guardrails.Guardrails, policy: GuardrailPolicy, call: Call, answer: Delta, *, deadline: float
 ) -> Delta:
     """A whole answer's text assessed in one call: blocked, the refusal; masked, the masked text."""
+    from sagestream import guardrails
+
     note = call.record.guardrail or GuardrailNote()
     call.record.guardrail = note
     if not answer.content:
@@ -227,6 +232,8 @@ def stream(
             timed: Iterable[bytes] = _timed(parts, record)
             if guard is not None and policy is not None and policy.output:
                 # The guardrail's stage, between the decoder and the encoder: the one loop carries it.
+                from sagestream import guardrails
+
                 note = record.guardrail or GuardrailNote()
                 record.guardrail = note
                 decoder = guardrails.OutputStage(decoder, guard, policy, note, deadline=deadline)
