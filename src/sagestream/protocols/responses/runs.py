@@ -304,23 +304,25 @@ class Runs:
     def delete_items(self, response_id: str) -> None:
         """Delete every item of the run (its job, its events, its state last: a run half deleted is still found);
         also what a run wrote after a delete it noticed late."""
-        keys = [_key(response_id, "job")]
-        more: dict[str, Any] = {}
-        while True:
-            answer = self._call(
-                "query",
-                KeyConditionExpression="id = :id",
-                ExpressionAttributeValues={":id": {"S": f"{response_id}#events"}},
-                ProjectionExpression="id, part",
-                ConsistentRead=True,
-                **more,
-            )
-            keys += [{"id": i["id"], "part": i["part"]} for i in answer.get("Items", [])]
-            if "LastEvaluatedKey" not in answer:
-                break
-            more = {"ExclusiveStartKey": answer["LastEvaluatedKey"]}
+        events = self._query(
+            KeyConditionExpression="id = :id",
+            ExpressionAttributeValues={":id": {"S": f"{response_id}#events"}},
+            ProjectionExpression="id, part",
+        )
+        keys = [_key(response_id, "job"), *({"id": i["id"], "part": i["part"]} for i in events)]
         for key in [*keys, _key(response_id, "state")]:
             self._call("delete_item", Key=key)
+
+    def _query(self, **args: Any) -> list[dict[str, Any]]:
+        """Every item a strongly consistent ``Query`` finds, page after page."""
+        items: list[dict[str, Any]] = []
+        more: dict[str, Any] = {}
+        while True:
+            answer = self._call("query", ConsistentRead=True, **args, **more)
+            items += answer.get("Items", [])
+            if "LastEvaluatedKey" not in answer:
+                return items
+            more = {"ExclusiveStartKey": answer["LastEvaluatedKey"]}
 
     def put_events(self, response_id: str, owner: str, batch: Batch) -> int:
         """Write ``batch``; in several items when it is too large for one (split between events). The number of
@@ -349,21 +351,11 @@ class Runs:
 
     def batches(self, response_id: str, from_seq: int) -> list[Batch]:
         """The batches whose first event is at ``from_seq`` or later, in order (every page of the query)."""
-        out: list[Batch] = []
-        more: dict[str, Any] = {}
-        while True:
-            answer = self._call(
-                "query",
-                KeyConditionExpression="id = :id AND part >= :from",
-                ExpressionAttributeValues={":id": {"S": f"{response_id}#events"}, ":from": {"N": str(from_seq)}},
-                ConsistentRead=True,
-                **more,
-            )
-            for item in answer.get("Items", []):
-                out.append(Batch(int(item["part"]["N"]), int(item["last"]["N"]), decode_events(item["data"]["B"])))
-            if "LastEvaluatedKey" not in answer:
-                return out
-            more = {"ExclusiveStartKey": answer["LastEvaluatedKey"]}
+        items = self._query(
+            KeyConditionExpression="id = :id AND part >= :from",
+            ExpressionAttributeValues={":id": {"S": f"{response_id}#events"}, ":from": {"N": str(from_seq)}},
+        )
+        return [Batch(int(i["part"]["N"]), int(i["last"]["N"]), decode_events(i["data"]["B"])) for i in items]
 
 
 def encode_events(data: bytes) -> bytes:
