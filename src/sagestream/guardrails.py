@@ -330,7 +330,8 @@ class OutputStage:
         if not rest.is_empty:
             self.held.append(rest)
         if delta.finish_reason is not None:
-            self.ended = flush = True
+            self.ended = True
+        flush = flush or self.ended  # after the finish (usage comes after it): nothing is held any more
         out: list[Delta] = []
         masked = False
         while len(self.buffer) >= self.policy.window or (flush and self.buffer):

@@ -230,10 +230,13 @@ def test_sync_windows_are_released_masked(stack_for: GetStack) -> None:
     full, _ = chat_text(chat(stack, prompt, max_tokens=300))
     word = next(w.strip(".") for w in full.split()[10:] if len(w.strip(".")) > 4 and w.strip(".").isalpha())
     stack.guardrail.set_rules(pii=[{"name": "SECRET", "regex": rf"\b{word}\b", "action": "ANONYMIZED"}])
-    text, finish = chat_text(chat(stack, prompt, max_tokens=300))
+    resp = chat(stack, prompt, max_tokens=300, stream_options={"include_usage": True})
+    text, finish = chat_text(resp)
     assert finish in ("stop", "length")
     assert word not in text and "{SECRET}" in text
     assert text.replace("{SECRET}", word) == full
+    usage = resp.data_events()[-2]["usage"]  # after the finish, before [DONE]: released, not held
+    assert usage["completion_tokens"] == 300
 
 
 # --- a guardrail in trouble ---------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import msgspec
 import pytest
 
 from sagestream.config import GuardrailPolicy
-from sagestream.delta import Delta
+from sagestream.delta import Delta, Usage
 from sagestream.errors import APIError
 from sagestream.guardrails import (
     END_RECORD,
@@ -53,8 +53,10 @@ class Decoder:
 
     def decode(self, record: str) -> list[Delta]:
         if record == "!":
-            self.done = True
             return [Delta(finish_reason="stop")]
+        if record == "usage":  # as vLLM sends it: after the finish, then the end
+            self.done = True
+            return [Delta(usage=Usage(5, 3, 8))]
         return [Delta(content=record)]
 
 
@@ -141,9 +143,10 @@ def test_sync_holds_each_window_and_releases_it_masked() -> None:
     assert s.decode("call me ") == []  # held: the window is not full
     out = s.decode("at 5551234 ")
     assert [d.content for d in out] == ["call me at"]
-    out += run(s, ["today", "!"])
+    out += run(s, ["today", "!", "usage"])
     text = "".join(d.content for d in out)
-    assert text == "call me at {NUM} today" and out[-1].finish_reason == "stop"
+    assert text == "call me at {NUM} today" and out[-2].finish_reason == "stop"
+    assert out[-1].usage == Usage(5, 3, 8), "what comes after the finish is released, not held"
 
 
 def test_sync_a_block_is_never_released() -> None:
