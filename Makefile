@@ -209,8 +209,9 @@ endpoints, path = loader.load_data_with_path("endpoints")
 assert loader.is_builtin_path(path), path
 for partition in endpoints["partitions"]:
     partition["services"] = {k: v for k, v in partition["services"].items() if k in prefixes}
-missing = prefixes - set(endpoints["partitions"][0]["services"])
-assert not missing, f"endpoints.json has no {sorted(missing)}: has its format changed?"
+# A newer service (bedrock-runtime) has no entry at all: botocore resolves it from its rule set alone. But none of
+# them found means the file's format has changed.
+assert prefixes & set(endpoints["partitions"][0]["services"]), "endpoints.json has none of them: has its format changed?"
 with open(path + ".json", "w") as f:
     json.dump(endpoints, f, separators=(",", ":"))
 endef
