@@ -149,29 +149,32 @@ def _plain(value: Any) -> bool:
 # The events' fields the function reads, as the fronts send them (AWS's "Lambda function URL request and response
 # payloads" and API Gateway's "Input format of a Lambda function for proxy integration"); anything else the event
 # holds is not read. msgspec checks the types (strictly: "false" is no boolean), and names a wrong one by its path.
+# These are the fronts' envelopes, not a client's request: they carry many fields of the front's own (time,
+# domain, stage, protocol...) that say nothing of the answer, so unknown fields are allowed here, by name
+# (forbid_unknown_fields=False); what the client sends, its body, is read strictly by its protocol's models.
 
 
-class _Iam(msgspec.Struct):
+class _Iam(msgspec.Struct, forbid_unknown_fields=False):
     userArn: str | None = None
 
 
-class _Authorizer(msgspec.Struct):
+class _Authorizer(msgspec.Struct, forbid_unknown_fields=False):
     iam: _Iam | None = None
 
 
-class _UrlHttp(msgspec.Struct):
+class _UrlHttp(msgspec.Struct, forbid_unknown_fields=False):
     method: str | None = None
     path: str | None = None
     sourceIp: str | None = None
 
 
-class _UrlContext(msgspec.Struct):
+class _UrlContext(msgspec.Struct, forbid_unknown_fields=False):
     http: _UrlHttp | None = None
     requestId: str | None = None
     authorizer: _Authorizer | None = None
 
 
-class _Body(msgspec.Struct):
+class _Body(msgspec.Struct, forbid_unknown_fields=False):
     body: str | None = None
     isBase64Encoded: bool | None = None
 
@@ -183,13 +186,13 @@ class _UrlEvent(_Body):
     requestContext: _UrlContext | None = None
 
 
-class _RestIdentity(msgspec.Struct):
+class _RestIdentity(msgspec.Struct, forbid_unknown_fields=False):
     userArn: str | None = None
     apiKeyId: str | None = None
     sourceIp: str | None = None
 
 
-class _RestContext(msgspec.Struct):
+class _RestContext(msgspec.Struct, forbid_unknown_fields=False):
     requestId: str | None = None
     identity: _RestIdentity | None = None
 
