@@ -129,20 +129,11 @@ def prompt_refusal(
     try:
         verdict = guard.assess(policy, text, "INPUT", deadline=deadline)
     except guardrails.GuardrailError as exc:
-        note.errors += 1
-        logger.warning("the guardrail failed on the prompt (failing %s): %s", policy.fail, exc)
-        if policy.fail == "closed":
-            raise guardrails.unavailable(exc) from exc
+        guardrails.failed(note, policy, exc, "prompt")
         return None
     finally:
         note.prompt_ms = round((time.monotonic() - started) * 1000, 3)
-    note.assessments += 1
-    note.text_units += verdict.units or guardrails.units_of(text)
-    if not verdict.intervened:
-        return None
-    note.intervened, note.reasons = "prompt", list(verdict.reasons)
-    logger.warning("the guardrail intervened on the prompt: %s", "; ".join(verdict.reasons) or "no reason")
-    return guardrails.refusal(verdict)
+    return guardrails.refusal(verdict) if guardrails.counted(note, verdict, text, "prompt") else None
 
 
 def _assessed_whole(
@@ -158,17 +149,10 @@ def _assessed_whole(
     try:
         verdict = guard.assess(policy, answer.content, "OUTPUT", deadline=deadline)
     except guardrails.GuardrailError as exc:
-        note.errors += 1
-        logger.warning("the guardrail failed on the answer (failing %s): %s", policy.fail, exc)
-        if policy.fail == "closed":
-            raise guardrails.unavailable(exc) from exc
+        guardrails.failed(note, policy, exc, "answer")
         return answer
-    note.assessments += 1
-    note.text_units += verdict.units or guardrails.units_of(answer.content)
-    if not verdict.intervened:
+    if not guardrails.counted(note, verdict, answer.content, "answer"):
         return answer
-    note.intervened, note.reasons = "output", list(verdict.reasons)
-    logger.warning("the guardrail intervened on the answer: %s", "; ".join(verdict.reasons) or "no reason")
     if verdict.blocked or not verdict.text:
         return msgspec.structs.replace(guardrails.refusal(verdict), usage=answer.usage)
     return msgspec.structs.replace(answer, content=verdict.text, logprobs=None)

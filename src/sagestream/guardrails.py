@@ -229,6 +229,27 @@ def unavailable(exc: GuardrailError) -> APIError:
     return APIError.upstream(503, f"The guardrail could not assess the content: {exc}", code="guardrail_unavailable")
 
 
+def failed(note: GuardrailNote, policy: GuardrailPolicy, exc: GuardrailError, side: str) -> None:
+    """A guardrail call that failed on the ``side`` (``prompt`` or ``answer``): noted and logged; raised as the
+    route's 503 when the policy fails closed, passed over (the text goes on) when it fails open."""
+    note.errors += 1
+    logger.warning("the guardrail failed on the %s (failing %s): %s", side, policy.fail, exc)
+    if policy.fail == "closed":
+        raise unavailable(exc) from exc
+
+
+def counted(note: GuardrailNote, verdict: Verdict, text: str, side: str) -> bool:
+    """An assessment of ``text`` noted (its text units, any intervention and why, logged); whether it
+    intervened. ``side``: ``prompt`` or ``answer``."""
+    note.assessments += 1
+    note.text_units += verdict.units or units_of(text)
+    if not verdict.intervened:
+        return False
+    note.intervened, note.reasons = "prompt" if side == "prompt" else "output", list(verdict.reasons)
+    logger.warning("the guardrail intervened on the %s: %s", side, "; ".join(verdict.reasons) or "no reason")
+    return True
+
+
 def units_of(text: str) -> int:
     """Text units of ``text`` where an answer gave none (ApplyGuardrail bills 1,000 characters each)."""
     return max(1, math.ceil(len(text) / UNITS_CHARS))
@@ -372,20 +393,12 @@ class OutputStage:
             verdict: Verdict = ask()
             return verdict
         except GuardrailError as exc:
-            self.note.errors += 1
-            logger.warning("the guardrail failed on the answer (failing %s): %s", self.policy.fail, exc)
-            if self.policy.fail == "closed":
-                self.stopped = True
-                raise unavailable(exc) from exc
+            self.stopped = self.policy.fail == "closed"
+            failed(self.note, self.policy, exc, "answer")
             return None
 
     def _count(self, verdict: Verdict, text: str) -> None:
-        self.note.assessments += 1
-        self.note.text_units += verdict.units or units_of(text)
-        if verdict.intervened:
-            self.note.intervened = "output"
-            self.note.reasons = list(verdict.reasons)
-            logger.warning("the guardrail intervened on the answer: %s", "; ".join(verdict.reasons) or "no reason")
+        counted(self.note, verdict, text, "answer")
 
     def _stop(self, verdict: Verdict) -> list[Delta]:
         self.stopped = True
