@@ -61,8 +61,9 @@ _NOT_APPLIED = frozenset(
 
 _clients: dict[str | None, Any] = {}
 _lock = threading.Lock()
-# Workers for the calls (several invocations at once on Managed Instances, several windows per quota check).
-_workers = ThreadPoolExecutor(max_workers=32, thread_name_prefix="dynamodb")
+# Workers for the calls (several invocations at once on Managed Instances, several windows per quota check);
+# threads are started as calls need them, none at import.
+_workers = ThreadPoolExecutor(max_workers=64, thread_name_prefix="dynamodb")
 
 
 class StorageError(Exception):
@@ -164,11 +165,12 @@ class Table:
         try:
             return future.result(timeout=left)
         except FutureTimeout:
-            future.cancel()  # not yet started: never sent; started: its socket's own timeouts end it
+            # Not yet started: never sent, so surely not applied; started: its socket's own timeouts end it.
+            never_sent = future.cancel()
             raise StorageError(
                 f"DynamoDB {operation} on {self.name} did not answer within {max(left, 0):.1f} s",
                 operation=operation,
-                applied=None,
+                applied=False if never_sent else None,
             ) from None
 
 

@@ -112,7 +112,13 @@ def test_delete_of_a_running_background_response_stops_its_run_and_leaves_nothin
     client = sdk(stored)
     queued = client.responses.create(model=MODEL, input="A long one.", background=True)
     until(lambda: client.responses.retrieve(queued.id).status == "in_progress")
-    until(lambda: len(stored.endpoint.records[-1].tokens) >= 5)  # type: ignore[union-attr]
+    endpoint = stored.endpoint
+
+    def generating() -> bool:  # the run is in_progress before it calls the endpoint
+        records = endpoint.records
+        return bool(records) and len(records[-1].tokens) >= 5
+
+    until(generating)
     deleted = client.responses.delete(queued.id)
     assert deleted is None or getattr(deleted, "deleted", True)
     record = stored.endpoint.records[-1]

@@ -495,6 +495,8 @@ def test_control_api_updates_resets_and_reports(sim: SimulatedEndpoint) -> None:
     assert call("DELETE", "/_sim/scenario")[1] == FAST.to_json()
 
     raw_post(sim, "/endpoints/llm/invocations", b'{"prompt": "records"}', SIGV4_HEADERS).read()
+    # The server notes the outcome just after the last byte: read at once, it may still say 'streaming'.
+    sim.wait_for_record(lambda r: r.body == b'{"prompt": "records"}' and r.outcome != "streaming")
     status, records = call("GET", "/_sim/records")
     assert status == 200
     assert records[-1]["operation"] == "InvokeEndpoint" and records[-1]["body"] == '{"prompt": "records"}'
