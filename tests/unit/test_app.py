@@ -195,3 +195,50 @@ def test_a_client_that_leaves_while_its_error_is_written_is_noted_not_raised(mon
     run(handler, "POST", CHAT, b"x", {"content-type": "text/plain"}, stream=GoneBeforeTheError())  # raises nothing
     log = invocation_log(out)
     assert (log["status"], log["client_disconnected"]) == (415, True)
+
+
+def test_every_client_a_request_reaches_for_is_made_at_init_never_on_the_request(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The store's and quotas' DynamoDB client, the Lambda client a background request starts its run with, and
+    Bedrock's for a guardrail: each parses a service model when made, which beside a relaying stream holds its
+    deltas back (issue 53); made by App's init, the request path only finds them."""
+    import botocore.session
+
+    from sagestream import storage
+    from sagestream.protocols.responses import background, stored
+
+    env = {"AWS_DEFAULT_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x"}
+    for name, value in {**env, "AWS_ENDPOINT_URL_DYNAMODB": "http://127.0.0.1:9"}.items():
+        monkeypatch.setenv(name, value)
+    made: list[str] = []
+    create = botocore.session.Session.create_client
+
+    def counted(self: Any, service: str, *args: Any, **kwargs: Any) -> Any:
+        made.append(service)
+        return create(self, service, *args, **kwargs)
+
+    monkeypatch.setattr(botocore.session.Session, "create_client", counted)
+    monkeypatch.setattr(storage, "_clients", {})
+    monkeypatch.setattr(background, "_LAMBDA", [])
+    monkeypatch.setattr(stored, "_STORES", {})
+    monkeypatch.setattr(stored, "_RUNS", {})
+    config = Config.from_env(
+        {
+            "SAGEMAKER_ENDPOINT_NAME": "unit-llm",
+            "RESPONSES_STORE": "dynamodb",
+            "RESPONSES_TABLE": "responses",
+            "QUOTAS": "tokens_per_minute=100",
+            "QUOTAS_TABLE": "quotas",
+            "GUARDRAIL_ID": "gr-1",
+        }
+    )
+    upstream_client = stubbed_client(Upstream())  # the upstream's, made as the module's init makes it
+    made.clear()
+    the_app = app.App(config, upstream_client)
+    assert sorted(made) == ["bedrock-runtime", "dynamodb", "lambda"], made  # one DynamoDB client for both tables
+    made.clear()
+    assert stored.store_for(config).db.client is storage.dynamodb()  # type: ignore[union-attr]
+    assert stored.runs_for(config).store.db.client is the_app.quotas.db.client  # type: ignore[union-attr]
+    assert background._lambda() is background._LAMBDA[0] and the_app.guardrails is not None
+    assert made == [], "the request path made a client"
